@@ -1,0 +1,203 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* On-CPU sampler: runs on every tick of the software CPU clock, copies the
+ * user and kernel stacks (frame-pointer walk done by the kernel), the user
+ * registers and the top of the user stack for the leaf fix-up, and the
+ * trace context the thread runs in, into a ring buffer record. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "spanprof.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the agent before load. */
+volatile const __u32 self_tgid = 0;
+volatile const __u8 filter_pids = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 * 1024 * 1024);
+} samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* Processes to sample when filter_pids is set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__type(key, int);
+	__type(value, struct trace_context);
+} task_trace_context SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int wanted(__u32 tgid)
+{
+	if (tgid == 0 || tgid == self_tgid)
+		return 0;
+	if (filter_pids && !bpf_map_lookup_elem(&pids, &tgid))
+		return 0;
+	return 1;
+}
+
+static __always_inline void read_trace_context(struct stack_sample *s, struct task_struct *task)
+{
+	struct trace_context *tc;
+
+	tc = bpf_task_storage_get(&task_trace_context, task, 0, 0);
+	if (tc) {
+		__builtin_memcpy(s->trace_id, tc->trace_id, sizeof(s->trace_id));
+		__builtin_memcpy(s->span_id, tc->span_id, sizeof(s->span_id));
+		s->ctx_source = CTX_TASK_STORAGE;
+	}
+}
+
+/* fill_user copies what the user-space unwinder needs: the registers of the
+ * interrupted user context and the first bytes of its stack. */
+static __always_inline void fill_user(struct stack_sample *s, struct task_struct *task)
+{
+	struct pt_regs *regs;
+
+	if (!BPF_CORE_READ(task, mm))
+		return; /* kernel thread */
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return;
+	s->user_ip = BPF_CORE_READ(regs, ip);
+	s->user_sp = BPF_CORE_READ(regs, sp);
+	s->user_bp = BPF_CORE_READ(regs, bp);
+	if (bpf_probe_read_user(s->stack_top, sizeof(s->stack_top), (void *)s->user_sp) == 0)
+		s->stack_top_len = sizeof(s->stack_top);
+	else
+		count(CNT_STACK_TOP_ERR);
+}
+
+SEC("perf_event")
+int sample_on_cpu(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct task_struct *task;
+	struct stack_sample *s;
+	long n;
+
+	if (!wanted(tgid))
+		return 0;
+
+	s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count(CNT_RINGBUF_FULL);
+		return 0;
+	}
+	task = bpf_get_current_task_btf();
+
+	s->ktime_ns = bpf_ktime_get_ns();
+	s->value = 1;
+	s->pid = tgid;
+	s->tid = (__u32)pid_tgid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->kind = SAMPLE_ON_CPU;
+	s->ctx_source = CTX_NONE;
+	s->state = 0;
+	s->pad0 = 0;
+	s->pad1 = 0;
+	s->user_ip = 0;
+	s->user_sp = 0;
+	s->user_bp = 0;
+	s->stack_top_len = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
+	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
+
+	fill_user(s, task);
+	read_trace_context(s, task);
+
+	n = bpf_get_stack(ctx, s->kern_stack, sizeof(s->kern_stack), 0);
+	if (n < 0) {
+		count(CNT_KSTACK_ERR);
+		s->kern_frames = n;
+	} else {
+		s->kern_frames = n / sizeof(__u64);
+	}
+	n = bpf_get_stack(ctx, s->user_stack, sizeof(s->user_stack), BPF_F_USER_STACK);
+	if (n < 0) {
+		count(CNT_USTACK_ERR);
+		s->user_frames = n;
+	} else {
+		s->user_frames = n / sizeof(__u64);
+	}
+
+	count(CNT_SAMPLES);
+	bpf_ringbuf_submit(s, 0);
+	return 0;
+}
+
+static __always_inline int proc_event(__u32 pid, __u32 kind)
+{
+	struct proc_lifecycle *e;
+
+	/* Same ring as the samples, so user space sees exec and exit in order
+	 * with the samples around them; the record size tells them apart. */
+	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
+	if (!e) {
+		count(CNT_PROC_EVENTS_LOST);
+		return 0;
+	}
+	e->ktime_ns = bpf_ktime_get_ns();
+	e->pid = pid;
+	e->kind = kind;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* tp_btf needs no tracefs mount and gives typed arguments. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (!wanted(tgid))
+		return 0;
+	return proc_event(tgid, PROC_EXEC);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+
+	/* Only the whole process going away matters for mappings. */
+	if ((__u32)pid_tgid != tgid || !wanted(tgid))
+		return 0;
+	return proc_event(tgid, PROC_EXIT);
+}
+
+/* Referenced so the enums reach BTF and bpf2go can emit them for Go. */
+const enum sample_kind *unused_sample_kind __attribute__((unused));
+const enum ctx_source *unused_ctx_source __attribute__((unused));
+const enum drop_counter *unused_drop_counter __attribute__((unused));
+const enum proc_event_kind *unused_proc_event_kind __attribute__((unused));
+const struct proc_lifecycle *unused_proc_lifecycle __attribute__((unused));
+const struct stack_sample *unused_stack_sample __attribute__((unused));

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Shared definitions between the eBPF programs and the Go agent. Go gets
+ * these structs through bpf2go -type; never copy them by hand. */
+#ifndef SPANPROF_H
+#define SPANPROF_H
+
+#define MAX_USER_FRAMES 127
+#define MAX_KERN_FRAMES 64
+/* Bytes copied from the top of the user stack for leaf-frame recovery:
+ * enough for the CFA of a leaf that reserved a modest frame. */
+#define STACK_TOP_BYTES 256
+#define TASK_COMM_LEN 16
+
+enum sample_kind {
+	SAMPLE_ON_CPU = 0,
+	SAMPLE_OFF_CPU = 1,
+};
+
+/* Where the trace context of a sample came from. */
+enum ctx_source {
+	CTX_NONE = 0,
+	CTX_THREAD = 1,       /* OTEP 4947 TLS record */
+	CTX_GO_LABELS = 2,    /* goroutine pprof labels */
+	CTX_TASK_STORAGE = 3, /* task_trace_context map */
+	CTX_OTEL_MAP = 4,     /* OTel eBPF Instrumentation traces_ctx_v1 */
+};
+
+/* Indices of the per-CPU drop and error counters. Every lost sample or
+ * failed read lands in exactly one of them. */
+enum drop_counter {
+	CNT_SAMPLES = 0,
+	CNT_RINGBUF_FULL = 1,
+	CNT_USTACK_ERR = 2,
+	CNT_KSTACK_ERR = 3,
+	CNT_STACK_TOP_ERR = 4,
+	CNT_CTX_READ_ERR = 5,
+	CNT_FILTERED = 6,
+	CNT_PROC_EVENTS_LOST = 7,
+	CNT_MAX = 16,
+};
+
+/* The trace context other programs may publish for a task (SPEC: BPF task
+ * storage, pinned at /sys/fs/bpf/spanprof/task_trace_context). */
+struct trace_context {
+	__u8 trace_id[16];
+	__u8 span_id[8];
+	__u64 start_ktime_ns;
+};
+
+/* One event from the kernel: an on-CPU tick or an off-CPU interval. */
+struct stack_sample {
+	__u64 ktime_ns;     /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	__u64 value;        /* 1 for on-CPU, ns blocked for off-CPU */
+	__u32 pid;          /* thread group id */
+	__u32 tid;
+	__u32 cpu;
+	__u8 kind;          /* enum sample_kind */
+	__u8 ctx_source;    /* enum ctx_source */
+	__u8 state;         /* off-CPU: 'S' or 'D' */
+	__u8 pad0;
+	char comm[TASK_COMM_LEN];
+	__u8 trace_id[16];
+	__u8 span_id[8];
+	/* User registers at the sample, for the leaf fix-up. */
+	__u64 user_ip;
+	__u64 user_sp;
+	__u64 user_bp;
+	__s32 user_frames;  /* count, or negative errno */
+	__s32 kern_frames;  /* count, or negative errno */
+	__u32 stack_top_len;
+	__u32 pad1;
+	__u8 stack_top[STACK_TOP_BYTES];
+	__u64 user_stack[MAX_USER_FRAMES];
+	__u64 kern_stack[MAX_KERN_FRAMES];
+};
+
+enum proc_event_kind {
+	PROC_EXEC = 1,
+	PROC_EXIT = 2,
+};
+
+/* Process lifecycle, so mappings are read at exec and kept after exit. */
+struct proc_lifecycle {
+	__u64 ktime_ns;
+	__u32 pid;
+	__u32 kind; /* enum proc_event_kind */
+};
+
+#endif

@@ -1,0 +1,44 @@
+package sampler
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/spanprof/spanprof/bpf"
+	"golang.org/x/sys/unix"
+)
+
+var unsafeSizeofPerfAttr = unsafe.Sizeof(unix.PerfEventAttr{})
+
+// counterNames names the kernel counters in the order of enum drop_counter.
+var counterNames = map[bpf.SamplerDropCounter]string{
+	bpf.SamplerDropCounterCNT_SAMPLES:          "samples",
+	bpf.SamplerDropCounterCNT_RINGBUF_FULL:     "lost_ringbuf_full",
+	bpf.SamplerDropCounterCNT_USTACK_ERR:       "user_stack_error",
+	bpf.SamplerDropCounterCNT_KSTACK_ERR:       "kernel_stack_error",
+	bpf.SamplerDropCounterCNT_STACK_TOP_ERR:    "stack_top_read_error",
+	bpf.SamplerDropCounterCNT_CTX_READ_ERR:     "context_read_error",
+	bpf.SamplerDropCounterCNT_PROC_EVENTS_LOST: "lost_proc_events",
+}
+
+// Counters returns the kernel counters summed over CPUs and the user-space
+// drops, by name. Names starting with "lost_" are samples that never
+// reached the profile.
+func (s *Sampler) Counters() (map[string]uint64, error) {
+	out := map[string]uint64{
+		"lost_queue_full": s.queueDrops.Load(),
+		"lost_decode":     s.decodeDrops.Load(),
+	}
+	for idx, name := range counterNames {
+		var perCPU []uint64
+		if err := s.objs.Counters.Lookup(uint32(idx), &perCPU); err != nil {
+			return out, fmt.Errorf("read counter %s: %w", name, err)
+		}
+		var sum uint64
+		for _, v := range perCPU {
+			sum += v
+		}
+		out[name] = sum
+	}
+	return out, nil
+}

@@ -1,0 +1,108 @@
+package sampler
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/clock"
+	"github.com/spanprof/spanprof/internal/profile"
+)
+
+// Record is one decoded kernel sample, with its time already converted to
+// CLOCK_REALTIME. Slices are owned by the record.
+type Record struct {
+	Kind      profile.Kind
+	PID, TID  uint32
+	CPU       uint32
+	Comm      string
+	KTime     clock.KTime
+	Time      time.Time
+	Value     int64
+	State     byte
+	CtxSource bpf.SamplerCtxSource
+	Link      profile.Link
+
+	UserIP, UserSP, UserBP uint64
+	StackTop               []byte
+	// UserStack and KernStack are leaf first, as the kernel returns them.
+	UserStack, KernStack []uint64
+	// UserErr and KernErr are the kernel's errno when a walk failed.
+	UserErr, KernErr int32
+}
+
+// ProcEvent reports an exec or the exit of a whole process.
+type ProcEvent struct {
+	PID  uint32
+	Exit bool
+	Time time.Time
+}
+
+var (
+	sampleSize = int(unsafe.Sizeof(bpf.SamplerStackSample{}))
+	procSize   = int(unsafe.Sizeof(bpf.SamplerProcLifecycle{}))
+)
+
+// decode turns raw ring-buffer bytes into a Record or a ProcEvent. The
+// layouts come from bpf2go, so the C header stays the one definition.
+func decode(raw []byte, conv *clock.Converter) (*Record, *ProcEvent, error) {
+	switch len(raw) {
+	case procSize:
+		kt := clock.KTime(binary.LittleEndian.Uint64(raw[0:]))
+		pid := binary.LittleEndian.Uint32(raw[8:])
+		kind := bpf.SamplerProcEventKind(binary.LittleEndian.Uint32(raw[12:]))
+		return nil, &ProcEvent{PID: pid, Exit: kind == bpf.SamplerProcEventKindPROC_EXIT, Time: conv.Time(kt)}, nil
+	case sampleSize:
+	default:
+		return nil, nil, fmt.Errorf("decode record: unexpected size %d", len(raw))
+	}
+	s := (*bpf.SamplerStackSample)(unsafe.Pointer(&raw[0]))
+	r := &Record{
+		Kind:      profile.Kind(s.Kind),
+		PID:       s.Pid,
+		TID:       s.Tid,
+		CPU:       s.Cpu,
+		Comm:      commString(&s.Comm),
+		KTime:     clock.KTime(s.KtimeNs),
+		Value:     int64(s.Value),
+		State:     s.State,
+		CtxSource: bpf.SamplerCtxSource(s.CtxSource),
+		UserIP:    s.UserIp,
+		UserSP:    s.UserSp,
+		UserBP:    s.UserBp,
+	}
+	r.Time = conv.Time(r.KTime)
+	if r.CtxSource != bpf.SamplerCtxSourceCTX_NONE {
+		r.Link.TraceID = s.TraceId
+		r.Link.SpanID = s.SpanId
+	}
+	if n := int(s.StackTopLen); n > 0 && n <= len(s.StackTop) {
+		r.StackTop = append([]byte(nil), s.StackTop[:n]...)
+	}
+	r.UserStack, r.UserErr = frames(s.UserStack[:], s.UserFrames)
+	r.KernStack, r.KernErr = frames(s.KernStack[:], s.KernFrames)
+	return r, nil, nil
+}
+
+func frames(all []uint64, n int32) ([]uint64, int32) {
+	if n < 0 {
+		return nil, -n
+	}
+	if int(n) > len(all) {
+		n = int32(len(all))
+	}
+	return append([]uint64(nil), all[:n]...), 0
+}
+
+func commString(c *[16]int8) string {
+	b := make([]byte, 0, len(c))
+	for _, ch := range c {
+		if ch == 0 {
+			break
+		}
+		b = append(b, byte(ch))
+	}
+	return string(b)
+}

@@ -1,0 +1,267 @@
+// Package sampler loads the eBPF programs, attaches them to the CPU clock
+// and the scheduler, and turns ring-buffer records into decoded samples.
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/clock"
+)
+
+// PinDir is where maps shared with other programs are pinned.
+const PinDir = "/sys/fs/bpf/spanprof"
+
+// Options configure a Sampler.
+type Options struct {
+	// Frequency is the on-CPU sampling frequency in Hz per CPU.
+	Frequency int
+	// PIDs limits sampling to these processes; empty means all.
+	PIDs []int
+	// Queue is the capacity of the hand-off channel; records beyond it
+	// are dropped and counted.
+	Queue  int
+	Logger *slog.Logger
+	Clock  *clock.Converter
+}
+
+// Sampler owns the loaded programs and the ring-buffer reader.
+type Sampler struct {
+	log    *slog.Logger
+	clock  *clock.Converter
+	objs   bpf.SamplerObjects
+	links  []link.Link
+	perf   []int
+	reader *ringbuf.Reader
+
+	records chan *Record
+	procs   chan ProcEvent
+
+	queueDrops  atomic.Uint64
+	decodeDrops atomic.Uint64
+	closeOnce   sync.Once
+}
+
+// New loads and attaches the programs. It returns user-facing errors for
+// missing privileges and kernel features.
+func New(opts Options) (*Sampler, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Frequency <= 0 {
+		return nil, fmt.Errorf("frequency must be positive, got %d", opts.Frequency)
+	}
+	if opts.Queue <= 0 {
+		opts.Queue = 65536
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.NewConverter()
+	}
+	if err := Preflight(); err != nil {
+		return nil, err
+	}
+	_ = rlimit.RemoveMemlock() // only needed before 5.11; memcg accounting after
+
+	spec, err := bpf.LoadSampler()
+	if err != nil {
+		return nil, fmt.Errorf("load sampler spec: %w", err)
+	}
+	if err := spec.Variables[bpf.SamplerVarSelfTgid].Set(uint32(os.Getpid())); err != nil {
+		return nil, fmt.Errorf("set self_tgid: %w", err)
+	}
+	if len(opts.PIDs) > 0 {
+		if err := spec.Variables[bpf.SamplerVarFilterPids].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("set filter_pids: %w", err)
+		}
+	}
+	collOpts := &ebpf.CollectionOptions{}
+	if err := ensureBPFFS(PinDir); err != nil {
+		opts.Logger.Warn("task_trace_context is not pinned; other programs cannot fill it", "error", err)
+		spec.Maps[bpf.SamplerMapTaskTraceContext].Pinning = ebpf.PinNone
+	} else {
+		collOpts.Maps.PinPath = PinDir
+	}
+
+	s := &Sampler{
+		log:     opts.Logger,
+		clock:   opts.Clock,
+		records: make(chan *Record, opts.Queue),
+		procs:   make(chan ProcEvent, 4096),
+	}
+	if err := spec.LoadAndAssign(&s.objs, collOpts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load eBPF programs: verifier rejected them: %+v", ve)
+		}
+		return nil, fmt.Errorf("load eBPF programs: %w", err)
+	}
+	for _, pid := range opts.PIDs {
+		if err := s.objs.Pids.Put(uint32(pid), uint8(1)); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("add pid %d to filter: %w", pid, err)
+		}
+	}
+	if err := s.attach(opts.Frequency); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.reader, err = ringbuf.NewReader(s.objs.Samples)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Sampler) attach(freq int) error {
+	exec, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnExec})
+	if err != nil {
+		return fmt.Errorf("attach tp_btf/sched_process_exec: %w", err)
+	}
+	s.links = append(s.links, exec)
+	exit, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnExit})
+	if err != nil {
+		return fmt.Errorf("attach tp_btf/sched_process_exit: %w", err)
+	}
+	s.links = append(s.links, exit)
+
+	cpus, err := OnlineCPUs()
+	if err != nil {
+		return err
+	}
+	for _, cpu := range cpus {
+		attr := unix.PerfEventAttr{
+			Type:   unix.PERF_TYPE_SOFTWARE,
+			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+			Size:   uint32(unsafeSizeofPerfAttr),
+			Sample: uint64(freq),
+			Bits:   unix.PerfBitFreq,
+		}
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("open cpu-clock perf event on cpu %d: %w", cpu, err)
+		}
+		s.perf = append(s.perf, fd)
+		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: s.objs.SampleOnCpu, Attach: ebpf.AttachPerfEvent})
+		if err == nil {
+			s.links = append(s.links, l)
+			continue
+		}
+		// Kernels without perf-event bpf_link: attach by ioctl.
+		if err2 := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_BPF, s.objs.SampleOnCpu.FD()); err2 != nil {
+			return fmt.Errorf("attach perf_event program on cpu %d: %w (link: %v)", cpu, err2, err)
+		}
+		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+			return fmt.Errorf("enable perf event on cpu %d: %w", cpu, err)
+		}
+	}
+	return nil
+}
+
+// ensureBPFFS makes sure dir lies on a mounted bpffs, mounting one at
+// /sys/fs/bpf if nothing is mounted there.
+func ensureBPFFS(dir string) error {
+	root := filepath.Dir(dir)
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", root, err)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		if err := unix.Mount("bpf", root, "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mount bpffs at %s: %w", root, err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	return nil
+}
+
+// Records delivers decoded samples. It is closed when Run returns.
+func (s *Sampler) Records() <-chan *Record { return s.records }
+
+// ProcEvents delivers exec and exit events. It is closed when Run returns.
+func (s *Sampler) ProcEvents() <-chan ProcEvent { return s.procs }
+
+// TaskTraceContext is the task-storage map other programs can fill.
+func (s *Sampler) TaskTraceContext() *ebpf.Map { return s.objs.TaskTraceContext }
+
+// Run reads the ring buffer until Close is called. Records that do not fit
+// the queue are dropped and counted, never block the reader.
+func (s *Sampler) Run() {
+	defer close(s.records)
+	defer close(s.procs)
+	var rec ringbuf.Record
+	for {
+		if err := s.reader.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			s.log.Warn("read ring buffer", "error", err)
+			continue
+		}
+		r, pe, err := decode(rec.RawSample, s.clock)
+		if err != nil {
+			s.decodeDrops.Add(1)
+			continue
+		}
+		if pe != nil {
+			select {
+			case s.procs <- *pe:
+			default:
+				s.queueDrops.Add(1)
+			}
+			continue
+		}
+		select {
+		case s.records <- r:
+		default:
+			s.queueDrops.Add(1)
+		}
+	}
+}
+
+// Stop detaches the programs so no new samples arrive, and wakes Run once
+// the ring buffer is drained.
+func (s *Sampler) Stop() {
+	for _, fd := range s.perf {
+		_ = unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	}
+	for _, l := range s.links {
+		_ = l.Close()
+	}
+	s.links = nil
+	if s.reader != nil {
+		// Flush wakes the reader so it returns what is left, then Close
+		// ends Run.
+		_ = s.reader.Flush()
+	}
+}
+
+// Close releases everything. Run returns once the reader is closed.
+func (s *Sampler) Close() error {
+	s.closeOnce.Do(func() {
+		s.Stop()
+		if s.reader != nil {
+			_ = s.reader.Close()
+		}
+		for _, fd := range s.perf {
+			_ = unix.Close(fd)
+		}
+		s.perf = nil
+		_ = s.objs.Close()
+	})
+	return nil
+}
