@@ -1,0 +1,191 @@
+package symbolize
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+
+	"github.com/spanprof/spanprof/internal/profile"
+)
+
+// ErrKptrRestricted means /proc/kallsyms shows zero addresses.
+var ErrKptrRestricted = errors.New("kernel symbol addresses are hidden: run as root (CAP_SYSLOG) or set sysctl kernel.kptr_restrict=0")
+
+// maxKernelSymbolSize caps how far past its start an address is still
+// attributed to a kernel symbol, because kallsyms has no sizes and the gap
+// before the next symbol may be large (end of text, module holes).
+const maxKernelSymbolSize = 1 << 20
+
+// ksym is one kallsyms line, packed: 200k of them stay small.
+type ksym struct {
+	addr    uint64
+	nameOff uint32
+	nameLen uint16
+	mod     uint16 // index into Kallsyms.mappings; bit 15 marks non-text
+}
+
+const ksymNotText = 1 << 15
+
+// Kallsyms is a snapshot of the kernel symbol table, sorted by address.
+// Modules loaded after the snapshot are not known: reload it when a
+// lookup misses often.
+type Kallsyms struct {
+	syms  []ksym
+	names []byte
+	// mappings[0] is the kernel image; the others are modules.
+	mappings []*profile.Mapping
+}
+
+// LoadKallsyms reads a kallsyms file (normally /proc/kallsyms).
+func LoadKallsyms(path string) (*Kallsyms, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open kallsyms: %w", err)
+	}
+	defer f.Close()
+	k, err := parseKallsyms(f)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	if id := kernelNoteBuildID("/sys/kernel/notes"); id != "" {
+		k.mappings[0].BuildID = id
+	}
+	for _, m := range k.mappings[1:] {
+		mod := m.Path[1 : len(m.Path)-1]
+		m.BuildID = kernelNoteBuildID("/sys/module/" + mod + "/notes/.note.gnu.build-id")
+	}
+	return k, nil
+}
+
+func parseKallsyms(r io.Reader) (*Kallsyms, error) {
+	k := &Kallsyms{mappings: []*profile.Mapping{{Path: "[kernel.kallsyms]", Kernel: true}}}
+	mods := map[string]uint16{}
+	nonzero := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		// "ffffffff81000000 T _stext" or "... t name\t[module]"
+		f := bytes.Fields(line)
+		if len(f) < 3 || len(f[1]) != 1 {
+			continue
+		}
+		addr, err := strconv.ParseUint(string(f[0]), 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("bad address in %q: %w", line, err)
+		}
+		nonzero = nonzero || addr != 0
+		var mod uint16
+		if len(f) >= 4 && len(f[3]) > 2 && f[3][0] == '[' {
+			name := string(f[3])
+			idx, ok := mods[name]
+			if !ok {
+				idx = uint16(len(k.mappings))
+				mods[name] = idx
+				k.mappings = append(k.mappings, &profile.Mapping{Path: name, Kernel: true})
+			}
+			mod = idx
+		}
+		switch f[1][0] {
+		case 't', 'T', 'w', 'W':
+		default:
+			mod |= ksymNotText
+		}
+		name := f[2][:min(len(f[2]), 0xffff)]
+		k.syms = append(k.syms, ksym{addr: addr, nameOff: uint32(len(k.names)), nameLen: uint16(len(name)), mod: mod})
+		k.names = append(k.names, name...)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read kallsyms: %w", err)
+	}
+	if len(k.syms) == 0 {
+		return nil, errors.New("read kallsyms: no symbols")
+	}
+	if !nonzero {
+		return nil, ErrKptrRestricted
+	}
+	sort.SliceStable(k.syms, func(i, j int) bool { return k.syms[i].addr < k.syms[j].addr })
+	for _, s := range k.syms {
+		m := k.mappings[s.mod&^ksymNotText]
+		if m.Start == 0 || s.addr < m.Start {
+			m.Start = s.addr
+		}
+		m.Limit = max(m.Limit, s.addr+1)
+	}
+	return k, nil
+}
+
+// Len reports the number of symbols.
+func (k *Kallsyms) Len() int { return len(k.syms) }
+
+// Lookup returns the kernel function containing addr and its module ("" for
+// the kernel image). Without sizes in kallsyms, a symbol is taken to extend
+// to the next one, at most maxKernelSymbolSize; addresses that land on
+// data symbols are not functions.
+func (k *Kallsyms) Lookup(addr uint64) (name, module string, ok bool) {
+	s, ok := k.find(addr)
+	if !ok {
+		return "", "", false
+	}
+	m := k.mappings[s.mod]
+	if s.mod != 0 {
+		module = m.Path[1 : len(m.Path)-1]
+	}
+	return string(k.names[s.nameOff : s.nameOff+uint32(s.nameLen)]), module, true
+}
+
+func (k *Kallsyms) find(addr uint64) (ksym, bool) {
+	i := sort.Search(len(k.syms), func(i int) bool { return k.syms[i].addr > addr }) - 1
+	if i < 0 {
+		return ksym{}, false
+	}
+	// Aliases share an address; the last one sorted wins unless it is data.
+	for i > 0 && k.syms[i-1].addr == k.syms[i].addr && k.syms[i].mod&ksymNotText != 0 {
+		i--
+	}
+	s := k.syms[i]
+	if s.mod&ksymNotText != 0 || addr-s.addr >= maxKernelSymbolSize {
+		return ksym{}, false
+	}
+	return s, true
+}
+
+// Address looks up the address of a kernel symbol by name (linear: meant
+// for tests and one-off lookups).
+func (k *Kallsyms) Address(name string) (uint64, bool) {
+	for _, s := range k.syms {
+		if string(k.names[s.nameOff:s.nameOff+uint32(s.nameLen)]) == name {
+			return s.addr, true
+		}
+	}
+	return 0, false
+}
+
+// Frames appends the frame of a kernel address to dst. Its Mapping is the
+// Kallsyms' own mapping of the kernel image or of the module, shared by
+// all frames of that module, with the build ID from /sys when readable.
+func (k *Kallsyms) Frames(dst []profile.Frame, addr uint64) []profile.Frame {
+	f := profile.Frame{Address: addr, Mapping: k.mappings[0]}
+	if s, ok := k.find(addr); ok {
+		f.Function = string(k.names[s.nameOff : s.nameOff+uint32(s.nameLen)])
+		f.Mapping = k.mappings[s.mod]
+	}
+	return append(dst, f)
+}
+
+// kernelNoteBuildID reads the GNU build ID from a raw ELF note file such
+// as /sys/kernel/notes.
+func kernelNoteBuildID(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	return findBuildID(f, binary.LittleEndian)
+}

@@ -1,0 +1,66 @@
+package symbolize
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// fixtures is where testdata/symbolize/Makefile puts its binaries.
+var fixtures = filepath.Join("..", "..", "testdata", "symbolize", "build")
+
+func TestMain(m *testing.M) {
+	cmd := exec.Command("make", "-s", "-C", filepath.Join("..", "..", "testdata", "symbolize"))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build fixtures:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func fixture(name string) string { return filepath.Join(fixtures, name) }
+
+// nmSymbols is the ground truth: name → address from binutils nm.
+func nmSymbols(t testing.TB, path string) map[string]uint64 {
+	t.Helper()
+	out, err := exec.Command("nm", "--defined-only", path).Output()
+	if err != nil {
+		t.Fatalf("nm %s: %v", path, err)
+	}
+	syms := map[string]uint64{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 3 {
+			continue
+		}
+		a, err := strconv.ParseUint(f[0], 16, 64)
+		if err != nil {
+			t.Fatalf("nm line %q: %v", sc.Text(), err)
+		}
+		syms[f[2]] = a
+	}
+	return syms
+}
+
+// readelfBuildID is the ground truth for BuildID.
+func readelfBuildID(t testing.TB, path string) string {
+	t.Helper()
+	out, err := exec.Command("readelf", "-n", path).Output()
+	if err != nil {
+		t.Fatalf("readelf %s: %v", path, err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, id, ok := strings.Cut(l, "Build ID: "); ok {
+			return strings.TrimSpace(id)
+		}
+	}
+	return ""
+}

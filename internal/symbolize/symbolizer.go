@@ -1,0 +1,197 @@
+// Package symbolize turns instruction addresses into function names: ELF
+// symbol tables (with separate debug files), Go pclntab and the kernel's
+// kallsyms. Parsed files are cached by GNU build ID, so a library mapped
+// by a hundred processes is read once.
+package symbolize
+
+import (
+	"container/list"
+	"debug/elf"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// Options configures a Symbolizer.
+type Options struct {
+	// MaxObjects bounds the parsed-object cache; the least recently used
+	// object is evicted first. Zero means 256.
+	MaxObjects int
+	// DebugDirs are searched for separate debug files of stripped
+	// binaries. Nil means /usr/lib/debug.
+	DebugDirs []string
+}
+
+// Symbolizer is shared by all processes. Its methods are safe for
+// concurrent use.
+type Symbolizer struct {
+	log  *slog.Logger
+	opts Options
+
+	mu      sync.Mutex
+	objects *lru[string, *objectEntry]   // object key → parsed object
+	files   *lru[fileStat, fileIdentity] // file version → identity
+}
+
+// objectEntry lets concurrent openers of one build ID wait for one parse:
+// the opener that created the entry parses and closes done.
+type objectEntry struct {
+	done chan struct{}
+	obj  *Object
+	err  error
+}
+
+// fileIdentity is what Open learnt about one file version.
+type fileIdentity struct {
+	id  Identity
+	key string
+}
+
+// New returns a Symbolizer.
+func New(log *slog.Logger, opts Options) *Symbolizer {
+	if opts.MaxObjects <= 0 {
+		opts.MaxObjects = 256
+	}
+	if opts.DebugDirs == nil {
+		opts.DebugDirs = []string{"/usr/lib/debug"}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Symbolizer{
+		log:     log,
+		opts:    opts,
+		objects: newLRU[string, *objectEntry](opts.MaxObjects),
+		files:   newLRU[fileStat, fileIdentity](4 * opts.MaxObjects),
+	}
+}
+
+// fileStat tells one version of a file apart without reading it.
+type fileStat struct {
+	dev, ino, size uint64
+	mtime          int64
+}
+
+// Open returns the parsed object of the ELF file at openPath, a path the
+// agent can read (such as /proc/PID/root/usr/lib/libc.so.6 or
+// /proc/PID/map_files/START-END). displayPath is the path as the process
+// sees it, used in logs, debug-file lookup and the no-build-ID cache key.
+//
+// Objects are cached by GNU build ID, or, for files without one, by
+// displayPath, size and mtime; a file version already seen is recognized
+// by a stat alone.
+func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
+	fi, err := os.Stat(openPath)
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", openPath, err)
+	}
+	st := fileStat{size: uint64(fi.Size()), mtime: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.dev, st.ino = sys.Dev, sys.Ino
+	}
+	s.mu.Lock()
+	if fid, ok := s.files.get(st); ok {
+		if e, ok := s.objects.get(fid.key); ok {
+			s.mu.Unlock()
+			<-e.done
+			return e.obj, e.err
+		}
+	}
+	s.mu.Unlock()
+
+	f, err := os.Open(openPath)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", openPath, err)
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("parse elf %s: %w", displayPath, err)
+	}
+	id, err := identify(ef, f, fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("identify %s: %w", displayPath, err)
+	}
+	key := id.Key()
+	if id.BuildID == "" {
+		key = "path:" + displayPath + ":" + strconv.FormatInt(fi.Size(), 10) + ":" + strconv.FormatInt(st.mtime, 10)
+	}
+
+	s.mu.Lock()
+	s.files.put(st, fileIdentity{id: id, key: key})
+	e, ok := s.objects.get(key)
+	if ok {
+		s.mu.Unlock()
+		<-e.done
+		return e.obj, e.err
+	}
+	e = &objectEntry{done: make(chan struct{})}
+	if ev, evicted := s.objects.put(key, e); evicted {
+		s.log.Debug("evict symbol table", "key", ev)
+	}
+	s.mu.Unlock()
+
+	e.obj, e.err = parseObject(ef, id, openPath, displayPath, s.opts.DebugDirs)
+	close(e.done)
+	if e.err != nil {
+		s.log.Debug("parse object", "path", displayPath, "err", e.err)
+		return nil, e.err
+	}
+	s.log.Debug("parsed object", "path", displayPath, "key", key,
+		"symbols", e.obj.NumSymbols(), "go", e.obj.IsGo())
+	return e.obj, nil
+}
+
+// Len reports how many objects are cached.
+func (s *Symbolizer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.objects.len()
+}
+
+// lru is a map bounded by count that evicts the least recently used key.
+type lru[K comparable, V any] struct {
+	max   int
+	order *list.List // front is most recent; values are K
+	items map[K]*list.Element
+	vals  map[K]V
+}
+
+func newLRU[K comparable, V any](max int) *lru[K, V] {
+	return &lru[K, V]{max: max, order: list.New(), items: map[K]*list.Element{}, vals: map[K]V{}}
+}
+
+func (l *lru[K, V]) get(k K) (V, bool) {
+	el, ok := l.items[k]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	l.order.MoveToFront(el)
+	return l.vals[k], true
+}
+
+// put inserts or replaces k and returns the evicted key, if any.
+func (l *lru[K, V]) put(k K, v V) (evicted K, ok bool) {
+	if el, exists := l.items[k]; exists {
+		l.order.MoveToFront(el)
+		l.vals[k] = v
+		return evicted, false
+	}
+	l.items[k] = l.order.PushFront(k)
+	l.vals[k] = v
+	if l.order.Len() <= l.max {
+		return evicted, false
+	}
+	back := l.order.Back()
+	evicted = back.Value.(K)
+	l.order.Remove(back)
+	delete(l.items, evicted)
+	delete(l.vals, evicted)
+	return evicted, true
+}
+
+func (l *lru[K, V]) len() int { return l.order.Len() }

@@ -1,0 +1,119 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"sort"
+	"strings"
+)
+
+// symbol is one function of an ELF symbol table.
+type symbol struct {
+	addr, end uint64
+	name      string
+	rank      uint8 // higher wins among aliases at one address
+}
+
+// symtab is an address-sorted table of function symbols.
+type symtab struct {
+	syms []symbol
+}
+
+// maxOverlap bounds how many earlier symbols a lookup inspects when the
+// nearest one ends before the address (nested or overlapping symbols).
+const maxOverlap = 4
+
+// newSymtab builds the table from .symtab, falling back to .dynsym. Both
+// are read when present because .dynsym may hold exported symbols that a
+// partial strip removed from .symtab.
+// files[0] is the binary, further files are its separate debug files.
+func newSymtab(files ...*elf.File) *symtab {
+	f := files[0]
+	var all []elf.Symbol
+	for _, ff := range files {
+		if s, err := ff.Symbols(); err == nil {
+			all = append(all, s...)
+		}
+		if s, err := ff.DynamicSymbols(); err == nil {
+			all = append(all, s...)
+		}
+	}
+	syms := make([]symbol, 0, len(all))
+	for _, s := range all {
+		typ := elf.ST_TYPE(s.Info)
+		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
+			continue
+		}
+		if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
+			continue
+		}
+		syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: s.Name, rank: rankOf(s)})
+	}
+	sort.Slice(syms, func(i, j int) bool {
+		if syms[i].addr != syms[j].addr {
+			return syms[i].addr < syms[j].addr
+		}
+		return syms[i].rank > syms[j].rank
+	})
+	// Keep one symbol per address: the best-ranked alias, widened to the
+	// largest size among the aliases.
+	out := syms[:0]
+	for _, s := range syms {
+		if n := len(out); n > 0 && out[n-1].addr == s.addr {
+			out[n-1].end = max(out[n-1].end, s.end)
+			continue
+		}
+		out = append(out, s)
+	}
+	// A size of zero means unknown (hand-written assembly): let it extend
+	// to the next symbol, but never past the end of its section.
+	for i := range out {
+		if out[i].end > out[i].addr {
+			continue
+		}
+		end := sectionEnd(f, out[i].addr)
+		if i+1 < len(out) && out[i+1].addr < end {
+			end = out[i+1].addr
+		}
+		out[i].end = end
+	}
+	return &symtab{syms: out}
+}
+
+// rankOf prefers global over weak over local symbols, then names with
+// fewer leading underscores (nanosleep over __nanosleep over
+// __GI___nanosleep).
+func rankOf(s elf.Symbol) uint8 {
+	var r uint8
+	switch elf.ST_BIND(s.Info) {
+	case elf.STB_GLOBAL:
+		r = 0x80
+	case elf.STB_WEAK:
+		r = 0x40
+	}
+	under := len(s.Name) - len(strings.TrimLeft(s.Name, "_"))
+	return r + uint8(max(0, 0x3f-under))
+}
+
+func sectionEnd(f *elf.File, addr uint64) uint64 {
+	for _, s := range f.Sections {
+		if s.Flags&elf.SHF_ALLOC != 0 && addr >= s.Addr && addr < s.Addr+s.Size {
+			return s.Addr + s.Size
+		}
+	}
+	return addr + 1
+}
+
+// lookup returns the function containing vaddr; an address past the end
+// of the nearest symbol belongs to no symbol, so no wrong name is made up.
+func (t *symtab) lookup(vaddr uint64) (symbol, bool) {
+	i := sort.Search(len(t.syms), func(i int) bool { return t.syms[i].addr > vaddr })
+	for j := i - 1; j >= 0 && j >= i-maxOverlap; j-- {
+		if vaddr < t.syms[j].end {
+			return t.syms[j], true
+		}
+	}
+	return symbol{}, false
+}
+
+// len reports the number of function symbols.
+func (t *symtab) len() int { return len(t.syms) }
