@@ -27,7 +27,11 @@ func TestELFSymbols(t *testing.T) {
 				if !ok {
 					t.Fatalf("nm has no %s", fn)
 				}
-				for _, a := range []uint64{addr, addr + 1} {
+				probes := []uint64{addr, addr + 1}
+				if fn == "sized_stub" { // one byte long
+					probes = probes[:1]
+				}
+				for _, a := range probes {
 					s, ok := obj.Lookup(a)
 					if !ok || s.Function != fn {
 						t.Errorf("Lookup(%#x) = %q, %v; want %s", a, s.Function, ok, fn)
