@@ -1,14 +1,247 @@
 // Package check verifies that binaries, processes and build files keep
-// frame pointers, build IDs and trace-context publishing.
+// frame pointers, build IDs and trace-context publishing, so a profile
+// taken by spanprof has whole stacks, symbols and span links.
 package check
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 )
 
-// Main runs `spanprof check` with args and returns the exit code.
+// Main runs `spanprof check` with args and returns the exit code: 0 when
+// no error or warning was found, 1 on a violation or bad usage.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "spanprof check: not built yet")
-	return 1
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	format := fs.String("format", "text", "output format: text, json or sarif")
+	var ignore []string
+	fs.Func("ignore", "comma-separated rule ids to drop", func(s string) error {
+		ignore = append(ignore, s)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: spanprof check [--format text|json|sarif] [--ignore RULE,...] PATH|PID...")
+			return 0
+		}
+		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
+		return 1
+	}
+	if *format != "text" && *format != "json" && *format != "sarif" {
+		fmt.Fprintf(stderr, "spanprof check: unknown --format %q (use text, json or sarif)\n", *format)
+		return 1
+	}
+	ign, err := parseIgnore(ignore)
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof check: --ignore: %v\n", err)
+		return 1
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "spanprof check: name at least one PATH or PID to check")
+		return 1
+	}
+	c := &Checker{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	res, err := c.Run(fs.Args())
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
+		return 1
+	}
+	res = res.without(ign)
+	if err := res.write(stdout, *format); err != nil {
+		fmt.Fprintf(stderr, "spanprof check: write report: %v\n", err)
+		return 1
+	}
+	if res.violations() > 0 {
+		return 1
+	}
+	return 0
+}
+
+// Checker holds the settings of one run. The zero value checks the real
+// system; tests point the roots at fixtures.
+type Checker struct {
+	// ProcRoot is /proc unless set.
+	ProcRoot string
+	// DebugRoot is /usr/lib/debug unless set.
+	DebugRoot string
+	// Log receives problems that do not stop the run.
+	Log *slog.Logger
+
+	bpf   bpfLinter
+	elfs  map[string]bool // mapped files already reported
+	cache map[string]*elfInfo
+}
+
+// Result is the outcome of a run: every target examined and every finding.
+type Result struct {
+	Targets  []string
+	Findings []Finding
+}
+
+// Run checks every argument. An argument that is all digits and names no
+// file is a PID. A bad argument (missing path, unknown file type, process
+// gone) stops the run with an error, as the CLI treats it as bad usage.
+func (c *Checker) Run(args []string) (*Result, error) {
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
+	}
+	c.elfs = map[string]bool{}
+	c.cache = map[string]*elfInfo{}
+	res := &Result{}
+	for _, arg := range args {
+		if err := c.checkArg(arg, res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (c *Checker) checkArg(arg string, res *Result) error {
+	st, err := os.Stat(arg)
+	if err != nil {
+		if pid, perr := strconv.Atoi(arg); perr == nil && pid > 0 {
+			return c.checkPID(pid, res)
+		}
+		return fmt.Errorf("check %s: %w", arg, err)
+	}
+	if st.IsDir() {
+		return c.walk(arg, res)
+	}
+	if kind := classify(arg); kind != "" {
+		return c.checkText(kind, arg, res)
+	}
+	info, err := c.elf(arg)
+	if errors.Is(err, ErrNotELF) {
+		return fmt.Errorf("check %s: not an ELF file, build file, collector config or *.bpf.c", arg)
+	}
+	if err != nil {
+		return err
+	}
+	res.Targets = append(res.Targets, arg)
+	res.Findings = append(res.Findings, elfFindings(info, arg, arg, true)...)
+	return nil
+}
+
+func (c *Checker) elf(path string) (*elfInfo, error) {
+	if info, ok := c.cache[path]; ok {
+		return info, nil
+	}
+	info, err := analyzeELFFile(path, elfOptions{DebugRoot: c.DebugRoot})
+	if err != nil {
+		return nil, err
+	}
+	c.cache[path] = info
+	return info, nil
+}
+
+// skipDir leaves out version control, dependencies and test fixtures
+// (which hold deliberately bad examples) when walking a tree.
+func skipDir(path, root, name string) bool {
+	if path == root {
+		return false
+	}
+	switch name {
+	case "testdata", "vendor", "node_modules", "third_party", ".git":
+		return true
+	}
+	return strings.HasPrefix(name, ".") && name != ".cargo"
+}
+
+// walk checks every build file, collector config and eBPF source under
+// root. Binaries found while walking are not checked: a tree holds
+// committed BPF objects and fixtures that are not profiling targets.
+func (c *Checker) walk(root string, res *Result) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("walk %s: %w", p, err)
+		}
+		if d.IsDir() {
+			if skipDir(p, root, d.Name()) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		kind := classify(p)
+		if kind == "" || !d.Type().IsRegular() {
+			return nil
+		}
+		if err := c.checkText(kind, p, res); err != nil {
+			// One unreadable file should not hide the rest of the tree.
+			c.Log.Warn("skip file", "path", p, "err", err)
+		}
+		return nil
+	})
+}
+
+func (c *Checker) checkText(kind fileKind, path string, res *Result) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var fs []Finding
+	switch kind {
+	case kindCollector:
+		fs, err = checkCollector(path, data)
+		if err != nil {
+			return err
+		}
+	case kindBPF:
+		fs = c.bpf.checkBPFSource(path, string(data))
+	default:
+		fs = checkBuildFile(kind, path, string(data))
+	}
+	res.Targets = append(res.Targets, path)
+	res.Findings = append(res.Findings, fs...)
+	return nil
+}
+
+// checkPID checks a running process: its runtime flags, whether it
+// publishes trace context, and every executable file it maps. A file
+// mapped by several checked processes is reported once.
+func (c *Checker) checkPID(pid int, res *Result) error {
+	p, err := readProc(c.ProcRoot, pid)
+	if err != nil {
+		return err
+	}
+	target := fmt.Sprintf("pid %d (%s)", pid, p.comm)
+	res.Targets = append(res.Targets, target)
+	res.Findings = append(res.Findings, runtimeFindings(p, target)...)
+	publishes := p.otelCtx
+	root := filepath.Join(c.ProcRoot, strconv.Itoa(pid), "root")
+	for _, f := range p.files {
+		if strings.HasSuffix(f, " (deleted)") {
+			res.Findings = append(res.Findings, newFinding("mapping-unreadable", target, f, 0, "the file was deleted after it was mapped"))
+			continue
+		}
+		info, err := c.elf(filepath.Join(root, f))
+		if err != nil {
+			res.Findings = append(res.Findings, newFinding("mapping-unreadable", target, f, 0, "%v", err))
+			continue
+		}
+		if info.publishesContext() {
+			publishes = true
+		}
+		if c.elfs[f] {
+			continue
+		}
+		c.elfs[f] = true
+		res.Targets = append(res.Targets, f)
+		res.Findings = append(res.Findings, elfFindings(info, f, f, false)...)
+	}
+	if !publishes {
+		res.Findings = append(res.Findings, newFinding("no-trace-context", target, p.exe, 0,
+			"no mapped file exports otel_thread_ctx_v1 or spanprof_set_trace_context, the executable does not use %s, and there is no OTEL_CTX mapping", SDKModule))
+	}
+	return nil
 }
