@@ -2,11 +2,213 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/collect"
+	"github.com/spanprof/spanprof/internal/export"
+	"github.com/spanprof/spanprof/internal/sampler"
 )
 
-func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "spanprof record: not built yet")
-	return 1
+// pidList is a repeatable --pid flag.
+type pidList []int
+
+func (p *pidList) String() string { return fmt.Sprint([]int(*p)) }
+
+func (p *pidList) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("not a process id: %q", part)
+		}
+		*p = append(*p, n)
+	}
+	return nil
 }
+
+type recordFlags struct {
+	pids      pidList
+	all       bool
+	duration  time.Duration
+	frequency int
+	offCPU    bool
+	output    string
+	verbose   bool
+}
+
+func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
+	f := &recordFlags{}
+	fs := flag.NewFlagSet("spanprof record", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Var(&f.pids, "pid", "profile this process (repeatable; default: all processes)")
+	fs.BoolVar(&f.all, "all", false, "profile every process (the default without --pid)")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to record")
+	fs.IntVar(&f.frequency, "frequency", 99, "on-CPU samples per second per CPU")
+	fs.BoolVar(&f.offCPU, "off-cpu", false, "also record off-CPU time (sched_switch)")
+	fs.StringVar(&f.output, "output", "", "write to FILE; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
+	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if f.all && len(f.pids) > 0 {
+		return nil, errors.New("--all and --pid exclude each other")
+	}
+	if f.frequency < 1 || f.frequency > 100000 {
+		return nil, fmt.Errorf("--frequency %d out of range 1..100000", f.frequency)
+	}
+	if f.duration <= 0 {
+		return nil, fmt.Errorf("--duration must be positive, got %v", f.duration)
+	}
+	if f.output != "" {
+		if _, err := export.FormatFor(f.output); err != nil {
+			return nil, err
+		}
+	}
+	for _, pid := range f.pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			return nil, fmt.Errorf("process %d does not exist", pid)
+		}
+	}
+	return f, nil
+}
+
+func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseRecordFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof record: %v\n", err)
+		return 1
+	}
+	if err := record(ctx, f, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "spanprof record: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error {
+	level := slog.LevelWarn
+	if f.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if f.offCPU {
+		return errors.New("--off-cpu: off-CPU sampling is not available in this build yet")
+	}
+	s, err := sampler.New(sampler.Options{Frequency: f.frequency, PIDs: f.pids, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	c := newCollector(f.frequency, log)
+	go s.Run()
+
+	target := "all processes"
+	if len(f.pids) > 0 {
+		target = fmt.Sprintf("pid %v", []int(f.pids))
+	}
+	fmt.Fprintf(stderr, "spanprof: recording %s at %d Hz for %v (Ctrl-C stops early)\n", target, f.frequency, f.duration)
+
+	timer := time.NewTimer(f.duration)
+	defer timer.Stop()
+	alive := time.NewTicker(250 * time.Millisecond)
+	defer alive.Stop()
+	records, procs := s.Records(), s.ProcEvents()
+loop:
+	for {
+		select {
+		case r := <-records:
+			c.Add(r)
+		case e := <-procs:
+			c.ProcEvent(e)
+		case <-timer.C:
+			break loop
+		case <-ctx.Done():
+			fmt.Fprintln(stderr, "spanprof: interrupted, writing what was recorded")
+			break loop
+		case <-alive.C:
+			if len(f.pids) > 0 && !anyAlive(f.pids) {
+				fmt.Fprintln(stderr, "spanprof: every target process exited")
+				break loop
+			}
+		}
+	}
+	end := time.Now()
+	s.Stop()
+	// Drain what the kernel wrote before the programs were detached.
+	drain := time.After(200 * time.Millisecond)
+drainLoop:
+	for {
+		select {
+		case r := <-records:
+			c.Add(r)
+		case e := <-procs:
+			c.ProcEvent(e)
+		case <-drain:
+			break drainLoop
+		}
+	}
+	counters, err := s.Counters()
+	if err != nil {
+		log.Warn("read counters", "error", err)
+	}
+	prof := c.Build(end)
+	prof.Lost = lostCounts(counters)
+	if n := totalLost(prof.Lost); n > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)
+	}
+	if f.output == "" {
+		export.WriteSummary(stdout, prof, 15)
+		return nil
+	}
+	if err := export.WriteFile(f.output, prof); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "spanprof: wrote %d samples to %s\n", len(prof.Samples), f.output)
+	return nil
+}
+
+func newCollector(freq int, log *slog.Logger) *collect.Collector {
+	return collect.New(collect.Options{Frequency: freq, Logger: log})
+}
+
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// lostCounts keeps the counters that are losses, for the profile.
+func lostCounts(c map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range c {
+		if strings.HasPrefix(k, "lost_") && v > 0 {
+			out[strings.TrimPrefix(k, "lost_")] = v
+		}
+	}
+	return out
+}
+
+func totalLost(m map[string]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+

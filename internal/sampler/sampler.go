@@ -209,6 +209,9 @@ func (s *Sampler) Run() {
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return
 			}
+			if errors.Is(err, ringbuf.ErrFlushed) {
+				continue // Stop woke us to read the rest
+			}
 			s.log.Warn("read ring buffer", "error", err)
 			continue
 		}

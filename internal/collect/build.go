@@ -1,0 +1,147 @@
+package collect
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/profile"
+)
+
+// builder symbolizes one batch, caching by process and address so each
+// distinct address is resolved once.
+type builder struct {
+	opts     Options
+	mappings map[mapKey]*profile.Mapping
+	cache    map[addrKey][]profile.Frame
+	kernel   *profile.Mapping
+}
+
+type mapKey struct {
+	pid   uint32
+	start uint64
+}
+
+type addrKey struct {
+	pid  uint32 // 0 for kernel addresses
+	addr uint64
+}
+
+func newBuilder(opts Options) *builder {
+	return &builder{
+		opts:     opts,
+		mappings: map[mapKey]*profile.Mapping{},
+		cache:    map[addrKey][]profile.Frame{},
+		kernel:   &profile.Mapping{Path: "[kernel.kallsyms]", Kernel: true},
+	}
+}
+
+func (b *builder) process(pid uint32) *profile.Process {
+	p := b.opts.Tracker.Get(pid)
+	out := &profile.Process{
+		PID:         pid,
+		ExePath:     p.Exe,
+		ExeName:     filepath.Base(p.Exe),
+		ContainerID: p.ContainerID,
+		ServiceName: p.Env["OTEL_SERVICE_NAME"],
+		Attributes:  map[string]string{},
+	}
+	if p.Exe == "" {
+		out.ExeName = p.Comm
+	}
+	if p.PodUID != "" {
+		out.Attributes["k8s.pod.uid"] = p.PodUID
+	}
+	return out
+}
+
+// frames returns the symbolized stack, leaf first: kernel frames, then
+// user frames. Every frame but the first of each part is a return
+// address; it is looked up one byte earlier so that a call at the end of
+// a function resolves to that function.
+func (b *builder) frames(pid uint32, kern, user []uint64) []profile.Frame {
+	out := make([]profile.Frame, 0, len(kern)+len(user))
+	for i, a := range kern {
+		if i > 0 {
+			a--
+		}
+		out = append(out, b.kernelFrame(a)...)
+	}
+	p := b.opts.Tracker.Get(pid)
+	for i, a := range user {
+		if i > 0 {
+			a--
+		}
+		out = append(out, b.userFrame(p, a)...)
+	}
+	return out
+}
+
+func (b *builder) kernelFrame(addr uint64) []profile.Frame {
+	k := addrKey{0, addr}
+	if f, ok := b.cache[k]; ok {
+		return f
+	}
+	f := profile.Frame{Address: addr, Mapping: b.kernel}
+	if b.opts.Kernel != nil {
+		if name, _, ok := b.opts.Kernel.Lookup(addr); ok {
+			f.Function = name
+		}
+	}
+	fs := []profile.Frame{f}
+	b.cache[k] = fs
+	return fs
+}
+
+func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
+	k := addrKey{p.PID, addr}
+	if f, ok := b.cache[k]; ok {
+		return f
+	}
+	var fs []profile.Frame
+	m := p.Find(addr)
+	switch {
+	case m == nil:
+		fs = []profile.Frame{{Address: addr, Mapping: b.unknownMapping(p.PID)}}
+	case m.Anonymous() || m.Path[0] == '[':
+		fs = []profile.Frame{{Address: addr, Mapping: b.mapping(p, m)}}
+	default:
+		pm := b.mapping(p, m)
+		obj, err := b.opts.Symbolizer.Open(p.OpenPath(m), m.Path)
+		if err != nil {
+			b.opts.Logger.Debug("open object", "path", m.Path, "pid", p.PID, "error", err)
+			fs = []profile.Frame{{Address: addr, Mapping: pm}}
+		} else {
+			if pm.BuildID == "" && pm.HTLHash == "" {
+				obj.FillMapping(pm)
+			}
+			fs = obj.Frames(nil, pm, addr)
+		}
+	}
+	b.cache[k] = fs
+	return fs
+}
+
+func (b *builder) mapping(p *proc.Process, m *proc.Mapping) *profile.Mapping {
+	k := mapKey{p.PID, m.Start}
+	if pm, ok := b.mappings[k]; ok {
+		return pm
+	}
+	path := m.Path
+	if path == "" {
+		path = "[anon]"
+	}
+	pm := &profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, Path: path}
+	b.mappings[k] = pm
+	return pm
+}
+
+func (b *builder) unknownMapping(pid uint32) *profile.Mapping {
+	k := mapKey{pid, 0}
+	if pm, ok := b.mappings[k]; ok {
+		return pm
+	}
+	pm := &profile.Mapping{Path: fmt.Sprintf("[unknown:%d]", pid)}
+	b.mappings[k] = pm
+	return pm
+}

@@ -1,0 +1,171 @@
+// Package collect turns decoded kernel records into a symbolized
+// profile.Profile: it reads process mappings at first sight, recovers the
+// caller of frameless leaf functions, and symbolizes user and kernel
+// frames when the profile is built.
+package collect
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
+	"github.com/spanprof/spanprof/internal/symbolize"
+)
+
+// LeafFixer recovers the return address a frame-pointer walk lost because
+// the sampled function had not set up (or had already torn down) its
+// frame. openPath is a readable path of the file mapped at m.
+type LeafFixer interface {
+	RecoverCaller(openPath string, m *proc.Mapping, ip, sp uint64, stackTop []byte) (ra uint64, ok bool)
+}
+
+// KernelSymbols resolves kernel addresses.
+type KernelSymbols interface {
+	Lookup(addr uint64) (name, module string, ok bool)
+}
+
+// Options configure a Collector.
+type Options struct {
+	Frequency  int
+	Tracker    *proc.Tracker
+	Symbolizer *symbolize.Symbolizer
+	Leaf       LeafFixer     // nil disables leaf recovery
+	Kernel     KernelSymbols // nil leaves kernel frames as addresses
+	Logger     *slog.Logger
+}
+
+// raw is a sample kept until the profile is built; only addresses, so
+// symbolization happens once per distinct address.
+type raw struct {
+	kind       profile.Kind
+	pid, tid   uint32
+	cpu        uint32
+	comm       string
+	t          time.Time
+	value      int64
+	state      byte
+	link       profile.Link
+	user, kern []uint64
+}
+
+// Stats counts what the collector saw.
+type Stats struct {
+	Samples        uint64
+	LeafRecovered  uint64
+	UserStackEmpty uint64
+}
+
+// Collector accumulates records. Add and Build may be called from
+// different goroutines.
+type Collector struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	samples []raw
+	start   time.Time
+	stats   Stats
+}
+
+// New returns a Collector.
+func New(opts Options) *Collector {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Tracker == nil {
+		opts.Tracker = proc.NewTracker("/proc", opts.Logger)
+	}
+	if opts.Symbolizer == nil {
+		opts.Symbolizer = symbolize.New(opts.Logger, symbolize.Options{})
+	}
+	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
+}
+
+// ProcEvent keeps the process table in step with exec and exit.
+func (c *Collector) ProcEvent(e sampler.ProcEvent) {
+	if e.Exit {
+		c.opts.Tracker.Exit(e.PID)
+		return
+	}
+	c.opts.Tracker.Exec(e.PID)
+	// Read the new image's mappings now, while the process surely lives.
+	c.opts.Tracker.Get(e.PID)
+}
+
+// Add records one sample. The process is read at first sight so that its
+// mappings survive its exit.
+func (c *Collector) Add(r *sampler.Record) {
+	p := c.opts.Tracker.Get(r.PID)
+	user := r.UserStack
+	recovered := false
+	if c.opts.Leaf != nil && len(user) > 0 && r.UserSP != 0 && len(r.StackTop) > 0 {
+		if m := p.Find(r.UserIP); m != nil && !m.Anonymous() {
+			if ra, ok := c.opts.Leaf.RecoverCaller(p.OpenPath(m), m, r.UserIP, r.UserSP, r.StackTop); ok && (len(user) < 2 || user[1] != ra) {
+				fixed := make([]uint64, 0, len(user)+1)
+				fixed = append(fixed, user[0], ra)
+				user = append(fixed, user[1:]...)
+				recovered = true
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.Samples++
+	if recovered {
+		c.stats.LeafRecovered++
+	}
+	if len(user) == 0 {
+		c.stats.UserStackEmpty++
+	}
+	c.samples = append(c.samples, raw{
+		kind: r.Kind, pid: r.PID, tid: r.TID, cpu: r.CPU, comm: r.Comm,
+		t: r.Time, value: r.Value, state: r.State, link: r.Link,
+		user: user, kern: r.KernStack,
+	})
+}
+
+// Stats returns the counts so far.
+func (c *Collector) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Build symbolizes everything added since the last Build and returns it as
+// a profile; the collector starts afresh.
+func (c *Collector) Build(end time.Time) *profile.Profile {
+	c.mu.Lock()
+	samples := c.samples
+	start := c.start
+	c.samples = nil
+	c.start = end
+	c.mu.Unlock()
+
+	b := newBuilder(c.opts)
+	prof := &profile.Profile{
+		Start:     start,
+		End:       end,
+		Frequency: c.opts.Frequency,
+		Processes: map[uint32]*profile.Process{},
+		Samples:   make([]profile.Sample, 0, len(samples)),
+	}
+	for i := range samples {
+		r := &samples[i]
+		if _, ok := prof.Processes[r.pid]; !ok {
+			prof.Processes[r.pid] = b.process(r.pid)
+		}
+		s := profile.Sample{
+			Kind: r.kind, PID: r.pid, TID: r.tid, CPU: r.cpu, ThreadName: r.comm,
+			Time: r.t, Value: r.value, Link: r.link,
+		}
+		if r.state != 0 {
+			s.State = string(rune(r.state))
+		}
+		s.Frames = b.frames(r.pid, r.kern, r.user)
+		prof.Samples = append(prof.Samples, s)
+	}
+	return prof
+}

@@ -1,0 +1,5 @@
+package proc
+
+import "reflect"
+
+func funcAddr() uintptr { return reflect.ValueOf(funcAddr).Pointer() }

@@ -1,0 +1,221 @@
+package proc
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Process is what the tracker knows of one process.
+type Process struct {
+	PID      uint32
+	Exe      string // path of the executable as the process sees it
+	Comm     string
+	Mappings []Mapping // sorted by Start
+	// Files opened at first sight, keyed by mapping start, so the files
+	// stay readable after the process exits or the file is replaced.
+	Files       map[uint64]*os.File
+	ContainerID string
+	PodUID      string
+	Exited      bool
+	// Env holds the few environment variables spanprof reads
+	// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES).
+	Env map[string]string
+}
+
+// Find returns the mapping containing addr, or nil.
+func (p *Process) Find(addr uint64) *Mapping {
+	ms := p.Mappings
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].End > addr })
+	if i < len(ms) && ms[i].Start <= addr {
+		return &ms[i]
+	}
+	return nil
+}
+
+// OpenPath returns a path the agent can open for a mapping's file: the
+// handle taken at first sight when there is one.
+func (p *Process) OpenPath(m *Mapping) string {
+	if f, ok := p.Files[m.Start]; ok {
+		return fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	}
+	return filepath.Join("/proc", fmt.Sprint(p.PID), "root", m.Path)
+}
+
+// Tracker reads and caches process metadata from procfs.
+type Tracker struct {
+	root string
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	procs map[uint32]*Process
+}
+
+// NewTracker returns a tracker reading from procRoot (normally "/proc").
+func NewTracker(procRoot string, log *slog.Logger) *Tracker {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Tracker{root: procRoot, log: log, procs: map[uint32]*Process{}}
+}
+
+// Get returns the process, reading it from procfs at first sight. It
+// returns nil when the process is gone before it could be read.
+func (t *Tracker) Get(pid uint32) *Process {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.procs[pid]; ok {
+		return p
+	}
+	p, err := t.read(pid)
+	if err != nil {
+		t.log.Debug("read process", "pid", pid, "error", err)
+		// Remember the failure so a vanished process costs one read.
+		p = &Process{PID: pid, Exited: true}
+	}
+	t.procs[pid] = p
+	return p
+}
+
+// Exec forgets what was known of pid, since its image changed.
+func (t *Tracker) Exec(pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.procs[pid]; ok {
+		p.close()
+		delete(t.procs, pid)
+	}
+}
+
+// Exit marks pid as exited; its mappings stay for symbolization until
+// Forget.
+func (t *Tracker) Exit(pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.procs[pid]; ok {
+		p.Exited = true
+	}
+}
+
+// ForgetExited drops exited processes, closing their files. The agent calls
+// it after each report.
+func (t *Tracker) ForgetExited() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for pid, p := range t.procs {
+		if p.Exited {
+			p.close()
+			delete(t.procs, pid)
+		}
+	}
+}
+
+// Len returns the number of processes tracked.
+func (t *Tracker) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.procs)
+}
+
+// Close releases every open file.
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for pid, p := range t.procs {
+		p.close()
+		delete(t.procs, pid)
+	}
+}
+
+func (p *Process) close() {
+	for _, f := range p.Files {
+		f.Close()
+	}
+	p.Files = nil
+}
+
+func (t *Tracker) read(pid uint32) (*Process, error) {
+	dir := filepath.Join(t.root, fmt.Sprint(pid))
+	f, err := os.Open(filepath.Join(dir, "maps"))
+	if err != nil {
+		return nil, fmt.Errorf("open maps: %w", err)
+	}
+	ms, err := ParseMaps(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{PID: pid, Mappings: ms, Files: map[uint64]*os.File{}}
+	p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
+	if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
+		p.Comm = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+		p.ContainerID, p.PodUID = ParseCgroup(string(b))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+		p.Env = parseEnviron(b, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
+	}
+	// Open each file once through map_files, which works for deleted and
+	// replaced files too; fall back to the path under the process root.
+	for i := range ms {
+		m := &ms[i]
+		if m.Anonymous() || strings.HasPrefix(m.Path, "[") {
+			continue
+		}
+		fh, err := os.Open(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End)))
+		if err != nil {
+			fh, err = os.Open(filepath.Join(dir, "root", m.Path))
+		}
+		if err == nil {
+			p.Files[m.Start] = fh
+		}
+	}
+	return p, nil
+}
+
+var (
+	containerIDRe = regexp.MustCompile(`([0-9a-f]{64})(?:\.scope)?$`)
+	podUIDRe      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
+)
+
+// ParseCgroup extracts a container id and a Kubernetes pod UID from the
+// text of /proc/PID/cgroup.
+func ParseCgroup(text string) (containerID, podUID string) {
+	for _, line := range strings.Split(text, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		path := parts[2]
+		if m := podUIDRe.FindStringSubmatch(path); m != nil && podUID == "" {
+			podUID = strings.ReplaceAll(m[1], "_", "-")
+		}
+		last := path[strings.LastIndex(path, "/")+1:]
+		if m := containerIDRe.FindStringSubmatch(last); m != nil && containerID == "" {
+			containerID = m[1]
+		}
+	}
+	return containerID, podUID
+}
+
+func parseEnviron(b []byte, keys ...string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		for _, want := range keys {
+			if k == want {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestRecordErrors checks that bad input gets one clear line on stderr and
+// exit code 1, before anything is loaded.
+func TestRecordErrors(t *testing.T) {
+	requireRoot(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad flag", []string{"record", "--bogus"}, "flag provided but not defined"},
+		{"unknown extension", []string{"record", "--output", "x.txt"}, "x.txt"},
+		{"pid gone", []string{"record", "--pid", "999999999"}, "process 999999999 does not exist"},
+		{"bad pid", []string{"record", "--pid", "abc"}, "not a process id"},
+		{"bad frequency", []string{"record", "--frequency", "0"}, "out of range"},
+		{"unknown command", []string{"frobnicate"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command(binPath, tt.args...).CombinedOutput()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 1 {
+				t.Fatalf("exit = %v, want code 1; output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tt.want) {
+				t.Fatalf("output %q does not mention %q", out, tt.want)
+			}
+		})
+	}
+}
+
+func TestRecordNotRoot(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "spanprof")
+	b, err := os.ReadFile(binPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "record", "--duration", "1s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit = %v, want 1; output:\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "needs root or CAP_BPF+CAP_PERFMON") {
+		t.Fatalf("want one line naming the privileges, got:\n%s", out)
+	}
+}
