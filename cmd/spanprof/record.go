@@ -211,4 +211,3 @@ func totalLost(m map[string]uint64) uint64 {
 	}
 	return n
 }
-
