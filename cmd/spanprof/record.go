@@ -15,6 +15,7 @@ import (
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/sampler"
+	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 // pidList is a repeatable --pid flag.
@@ -181,7 +182,13 @@ drainLoop:
 }
 
 func newCollector(freq int, log *slog.Logger) *collect.Collector {
-	return collect.New(collect.Options{Frequency: freq, Logger: log})
+	opts := collect.Options{Frequency: freq, Logger: log}
+	if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
+		log.Warn("kernel frames stay unsymbolized", "error", err)
+	} else {
+		opts.Kernel = k
+	}
+	return collect.New(opts)
 }
 
 func anyAlive(pids []int) bool {

@@ -82,13 +82,12 @@ func (b *builder) kernelFrame(addr uint64) []profile.Frame {
 	if f, ok := b.cache[k]; ok {
 		return f
 	}
-	f := profile.Frame{Address: addr, Mapping: b.kernel}
+	var fs []profile.Frame
 	if b.opts.Kernel != nil {
-		if name, _, ok := b.opts.Kernel.Lookup(addr); ok {
-			f.Function = name
-		}
+		fs = b.opts.Kernel.Frames(nil, addr)
+	} else {
+		fs = []profile.Frame{{Address: addr, Mapping: b.kernel}}
 	}
-	fs := []profile.Frame{f}
 	b.cache[k] = fs
 	return fs
 }

@@ -22,9 +22,10 @@ type LeafFixer interface {
 	RecoverCaller(openPath string, m *proc.Mapping, ip, sp uint64, stackTop []byte) (ra uint64, ok bool)
 }
 
-// KernelSymbols resolves kernel addresses.
+// KernelSymbols resolves kernel addresses to frames of the kernel image or
+// a module (symbolize.Kallsyms).
 type KernelSymbols interface {
-	Lookup(addr uint64) (name, module string, ok bool)
+	Frames(dst []profile.Frame, addr uint64) []profile.Frame
 }
 
 // Options configure a Collector.
