@@ -1,8 +1,9 @@
 package profile
 
 import (
+	"cmp"
 	"encoding/binary"
-	"sort"
+	"slices"
 )
 
 // GroupKey is everything two samples must share to be merged by an
@@ -46,32 +47,16 @@ type Aggregate struct {
 // NewAggregate groups the samples of p by GroupKey.
 func NewAggregate(p *Profile) *Aggregate {
 	a := &Aggregate{}
-	frameIDs := make(map[Frame]int32)
-	stackIDs := make(map[string]int32)
+	in := interner{
+		frameIDs: make(map[Frame]int32),
+		stackIDs: make(map[string]int32),
+		fastIDs:  make(map[string]int32),
+	}
 	groupIDs := make(map[GroupKey]int32)
-	var key []byte
-	var ids []int32
 	for i := range p.Samples {
 		s := &p.Samples[i]
-		key, ids = key[:0], ids[:0]
-		for _, f := range s.Frames {
-			id, ok := frameIDs[f]
-			if !ok {
-				id = int32(len(a.Frames))
-				a.Frames = append(a.Frames, f)
-				frameIDs[f] = id
-			}
-			ids = append(ids, id)
-			key = binary.LittleEndian.AppendUint32(key, uint32(id))
-		}
-		stack, ok := stackIDs[string(key)]
-		if !ok {
-			stack = int32(len(a.Stacks))
-			a.Stacks = append(a.Stacks, append([]int32(nil), ids...))
-			stackIDs[string(key)] = stack
-		}
 		gk := GroupKey{
-			PID: s.PID, Kind: s.Kind, Stack: stack, Link: s.Link,
+			PID: s.PID, Kind: s.Kind, Stack: in.stack(a, s), Link: s.Link,
 			TID: s.TID, ThreadName: s.ThreadName, State: s.State, Reason: s.Reason,
 		}
 		g, ok := groupIDs[gk]
@@ -85,14 +70,91 @@ func NewAggregate(p *Profile) *Aggregate {
 		grp.Values = append(grp.Values, s.Value)
 		grp.Total += s.Value
 	}
-	sort.SliceStable(a.Groups, func(i, j int) bool {
-		gi, gj := &a.Groups[i], &a.Groups[j]
-		if gi.PID != gj.PID {
-			return gi.PID < gj.PID
-		}
-		return gi.Kind < gj.Kind
-	})
+	a.sortGroups()
 	return a
+}
+
+// sortGroups orders groups by PID and Kind, keeping first-appearance order
+// within each; it sorts indices because Group is large to move.
+func (a *Aggregate) sortGroups() {
+	order := make([]int32, len(a.Groups))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(i, j int32) int {
+		gi, gj := &a.Groups[i], &a.Groups[j]
+		if c := cmp.Compare(gi.PID, gj.PID); c != 0 {
+			return c
+		}
+		return cmp.Compare(gi.Kind, gj.Kind)
+	})
+	sorted := make([]Group, len(a.Groups))
+	for i, o := range order {
+		sorted[i] = a.Groups[o]
+	}
+	a.Groups = sorted
+}
+
+// interner assigns stack ids. Hashing every frame (two strings and a
+// pointer) of every sample dominated the cost, so a stack is first looked
+// up by its PID and raw addresses only and the hit is verified frame by
+// frame; a miss or a failed check falls back to exact frame interning.
+type interner struct {
+	frameIDs map[Frame]int32
+	stackIDs map[string]int32 // frame-id key -> stack id (exact)
+	fastIDs  map[string]int32 // PID+addresses key -> stack id (hint)
+	key      []byte
+	ids      []int32
+}
+
+func (in *interner) stack(a *Aggregate, s *Sample) int32 {
+	in.key = binary.LittleEndian.AppendUint32(in.key[:0], s.PID)
+	for i := range s.Frames {
+		in.key = binary.LittleEndian.AppendUint64(in.key, s.Frames[i].Address)
+	}
+	hint, ok := in.fastIDs[string(in.key)]
+	if ok && sameFrames(a, a.Stacks[hint], s.Frames) {
+		return hint
+	}
+	id := in.exact(a, s.Frames)
+	if !ok {
+		in.fastIDs[string(in.key)] = id
+	}
+	return id
+}
+
+func sameFrames(a *Aggregate, stack []int32, frames []Frame) bool {
+	if len(stack) != len(frames) {
+		return false
+	}
+	for i, id := range stack {
+		if a.Frames[id] != frames[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (in *interner) exact(a *Aggregate, frames []Frame) int32 {
+	in.ids = in.ids[:0]
+	var key []byte
+	for _, f := range frames {
+		id, ok := in.frameIDs[f]
+		if !ok {
+			id = int32(len(a.Frames))
+			a.Frames = append(a.Frames, f)
+			in.frameIDs[f] = id
+		}
+		in.ids = append(in.ids, id)
+		key = binary.LittleEndian.AppendUint32(key, uint32(id))
+	}
+	stack, ok := in.stackIDs[string(key)]
+	if !ok {
+		stack = int32(len(a.Stacks))
+		a.Stacks = append(a.Stacks, slices.Clone(in.ids))
+		in.stackIDs[string(key)] = stack
+	}
+	return stack
 }
 
 func unixNanos(s *Sample) uint64 {
