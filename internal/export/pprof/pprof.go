@@ -19,6 +19,7 @@
 package pprof
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -82,7 +83,7 @@ func Build(p *profile.Profile) (*gpprof.Profile, error) {
 	}
 	b := &builder{prof: prof, agg: agg, mappings: map[profile.Mapping]*gpprof.Mapping{},
 		functions: map[[2]string]*gpprof.Function{}, locations: map[string]*gpprof.Location{},
-		stacks: map[int32][]*gpprof.Location{}}
+		stacks: map[int32][]*gpprof.Location{}, kernel: map[*gpprof.Mapping]bool{}}
 	for i := range agg.Groups {
 		g := &agg.Groups[i]
 		s := &gpprof.Sample{Location: b.stack(g.Stack), Label: labels(p, g)}
@@ -136,6 +137,14 @@ type builder struct {
 	stacks    map[int32][]*gpprof.Location
 	// unsymbolized marks mappings with at least one frame lacking a name.
 	unsymbolized map[*gpprof.Mapping]bool
+	kernel       map[*gpprof.Mapping]bool
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 func (b *builder) stack(id int32) []*gpprof.Location {
@@ -189,13 +198,22 @@ func (b *builder) mapping(f profile.Frame) *gpprof.Mapping {
 		Offset: m.Offset, File: m.Path, BuildID: m.BuildID}
 	b.prof.Mapping = append(b.prof.Mapping, pm)
 	b.mappings[m] = pm
+	if m.Kernel {
+		b.kernel[pm] = true
+	}
 	return pm
 }
 
-// finishMappings marks mappings whose frames are all symbolized, so pprof
-// does not try to symbolize them again from local files.
+// finishMappings moves kernel mappings last, because pprof presents the
+// first mapping as the profiled binary, and marks mappings whose frames
+// are all symbolized, so pprof does not try to symbolize them again from
+// local files.
 func (b *builder) finishMappings() {
-	for _, m := range b.prof.Mapping {
+	slices.SortStableFunc(b.prof.Mapping, func(x, y *gpprof.Mapping) int {
+		return cmp.Compare(b2i(b.kernel[x]), b2i(b.kernel[y]))
+	})
+	for i, m := range b.prof.Mapping {
+		m.ID = uint64(i + 1)
 		if !b.unsymbolized[m] {
 			m.HasFunctions, m.HasFilenames, m.HasLineNumbers = true, true, true
 		}

@@ -107,6 +107,9 @@ func TestWriteParses(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("samples:\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
 	}
+	if f := prof.Mapping[0].File; f != "/usr/bin/server" {
+		t.Errorf("first mapping %q, want the executable /usr/bin/server", f)
+	}
 	builds := map[string]string{}
 	for _, m := range prof.Mapping {
 		builds[m.File] = m.BuildID
