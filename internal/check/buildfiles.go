@@ -209,14 +209,12 @@ func missingFP(text string) []string {
 	return miss
 }
 
-// linkHasBuildID reports whether any line asks the linker for a build ID
-// other than none.
+// linkHasBuildID reports whether any line mentions a linker build ID. A
+// --build-id=none counts too: it is reported on its own line, once.
 func linkHasBuildID(lines []srcLine) bool {
 	for _, l := range lines {
-		for _, m := range buildIDRE.FindAllStringSubmatch(l.text, -1) {
-			if m[2] != "none" {
-				return true
-			}
+		if buildIDRE.MatchString(l.text) {
+			return true
 		}
 	}
 	return false

@@ -81,7 +81,6 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 
 	var out []Finding
 	builds := false
-	fpOK := false
 	report := func(line int, what string, miss []string) {
 		out = append(out, newFinding("cflags-no-frame-pointer", target, target, line, "%s lacks %s", what, strings.Join(miss, " ")))
 	}
@@ -90,8 +89,6 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 			builds = true
 			if miss := missingFP(expand(v.value, vars)); len(miss) > 0 {
 				report(v.line, name, miss)
-			} else {
-				fpOK = true
 			}
 		}
 	}
@@ -107,8 +104,6 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 			builds = true
 			if miss := missingFP(expand(strings.Trim(m[2], `"'`), vars)); len(miss) > 0 {
 				report(l.n, m[1]+" here", miss)
-			} else {
-				fpOK = true
 			}
 		}
 		if !compilerRE.MatchString(l.text) || !cSourceRE.MatchString(l.text) || inlineFlagsRE.MatchString(l.text) {
@@ -123,8 +118,6 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 		}
 		if miss := missingFP(expand(l.text, vars)); len(miss) > 0 {
 			report(l.n, "this compiler command", miss)
-		} else {
-			fpOK = true
 		}
 	}
 	if builds && !linkHasBuildID(lines) {
@@ -137,7 +130,6 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 		out = append(out, newFinding("ldflags-no-build-id", target, target, line,
 			"no --build-id in the link flags: Debian and Fedora compilers add one by default, others do not; ask for -Wl,--build-id=sha1"))
 	}
-	_ = fpOK
 	return out
 }
 
@@ -226,11 +218,11 @@ func checkUnionFlags(target string, lines []srcLine, r unionRules) []Finding {
 	var out []Finding
 	if miss := missingFP(sites.String()); len(miss) > 0 {
 		line := firstNonZero(siteLine, buildLine)
-		what := "the compile options"
+		what := "the compile options lack"
 		if siteLine == 0 {
-			what = "the file sets no compile options, so it"
+			what = "the file sets no compile options, so it lacks"
 		}
-		out = append(out, newFinding("cflags-no-frame-pointer", target, target, line, "%s lacks %s", what, strings.Join(miss, " ")))
+		out = append(out, newFinding("cflags-no-frame-pointer", target, target, line, "%s %s", what, strings.Join(miss, " ")))
 	}
 	if !linkHasBuildID(lines) {
 		out = append(out, newFinding("ldflags-no-build-id", target, target, firstNonZero(linkLine, buildLine), "%s", r.noBuildIDWhy))

@@ -48,7 +48,7 @@ var toolchainNames = map[string]bool{
 	"_dl_relocate_static_pie": true, "__gmon_start__": true,
 	"__stack_chk_fail_local": true, "atexit": true, "_dl_start": true,
 	"crosscall2": true, "crosscall1_amd64": true, "crosscall_amd64": true,
-	"call_once": true,
+	"call_once": true, "pthread_key_destructor": true,
 }
 
 var toolchainPrefixes = []string{"__libc_csu_", "_cgo_", "x_cgo_", "__cgo_", "__x86.get_pc_thunk"}
@@ -77,8 +77,10 @@ func isGoFunc(tab *gosym.Table, s elf.Symbol) bool {
 	return strings.Contains(s.Name, ".") || strings.HasPrefix(s.Name, "go:") || strings.HasPrefix(s.Name, "type:")
 }
 
-// goTable parses .gopclntab; nil when it cannot.
-func goTable(f *elf.File) (tab *gosym.Table) {
+// goTable parses .gopclntab; nil when it cannot. Function addresses in
+// the table are relative to runtime.text, which is not the start of .text
+// when the external linker put C start-up code first.
+func goTable(f *elf.File, syms []elf.Symbol) (tab *gosym.Table) {
 	sec := f.Section(".gopclntab")
 	if sec == nil {
 		return nil
@@ -90,6 +92,12 @@ func goTable(f *elf.File) (tab *gosym.Table) {
 	start := uint64(0)
 	if text := f.Section(".text"); text != nil {
 		start = text.Addr
+	}
+	for _, s := range syms {
+		if s.Name == "runtime.text" {
+			start = s.Value
+			break
+		}
 	}
 	defer func() {
 		// debug/gosym trusts the table it is given; a corrupt one must
@@ -146,7 +154,7 @@ func (c *codeSections) bytes(addr, size uint64) []byte {
 func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats {
 	var goTab *gosym.Table
 	if goBinary {
-		goTab = goTable(f)
+		goTab = goTable(f, syms)
 	}
 	code := &codeSections{data: map[*elf.Section][]byte{}}
 	for _, s := range f.Sections {
@@ -190,6 +198,10 @@ func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats
 		default:
 			st.Leaf = append(st.Leaf, s.Name)
 		}
+	}
+	if st.GoFuncs == 0 && goTab != nil {
+		// Stripped Go binaries (go test, -ldflags=-s) keep .gopclntab.
+		st.GoFuncs = len(goTab.Funcs)
 	}
 	sort.Strings(st.Missing)
 	sort.Strings(st.Leaf)
