@@ -1,0 +1,213 @@
+package check
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestTextFixtures(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string // rule ids, notes included
+		// lines maps a rule id to the line it must be reported on.
+		lines map[string]int
+	}{
+		{file: "build/good.mk", want: []string{}},
+		{file: "build/bad-omit.mk", want: []string{"cflags-no-frame-pointer", "cflags-omit-frame-pointer", "ldflags-no-build-id"},
+			lines: map[string]int{"cflags-omit-frame-pointer": 1, "ldflags-no-build-id": 2}},
+		{file: "build/bad-noflags.mk", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id", "strip-no-debug-file"},
+			lines: map[string]int{"strip-no-debug-file": 5}},
+		{file: "build/bad-strip-id.mk", want: []string{"strip-removes-build-id"}, lines: map[string]int{"strip-removes-build-id": 7}},
+		{file: "build/go-strip.mk", want: []string{"go-ldflags-strip"}, lines: map[string]int{"go-ldflags-strip": 3}},
+		{file: "build/good.Dockerfile", want: []string{}},
+		{file: "build/bad.Dockerfile", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id", "strip-no-debug-file"},
+			lines: map[string]int{"strip-no-debug-file": 5}},
+		{file: "build/good.bazelrc", want: []string{}},
+		{file: "build/bad.bazelrc", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id", "strip-no-debug-file"}},
+		{file: "cmake-good/CMakeLists.txt", want: []string{}},
+		{file: "cmake-bad/CMakeLists.txt", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id"},
+			lines: map[string]int{"cflags-no-frame-pointer": 3}},
+		{file: "meson-good/meson.build", want: []string{}},
+		{file: "meson-bad/meson.build", want: []string{"cflags-no-frame-pointer", "cflags-omit-frame-pointer", "ldflags-no-build-id"}},
+		{file: "cargo-good/.cargo/config.toml", want: []string{}},
+		{file: "cargo-bad/.cargo/config.toml", want: []string{"rustflags-no-frame-pointer"}, lines: map[string]int{"rustflags-no-frame-pointer": 2}},
+		{file: "collector/collector-good.yaml", want: []string{"collector-feature-gate"}, lines: map[string]int{"collector-feature-gate": 13}},
+		{file: "collector/collector-no-profiles.yaml", want: []string{"collector-feature-gate", "collector-no-profiles-pipeline"},
+			lines: map[string]int{"collector-no-profiles-pipeline": 9}},
+		{file: "collector/otel-no-otlp.yaml", want: []string{"collector-feature-gate", "collector-profiles-no-otlp"}},
+		{file: "collector/otel-no-service.yaml", want: []string{"collector-feature-gate", "collector-no-profiles-pipeline"}},
+		{file: "bpf/good/good.bpf.c", want: []string{}},
+		{file: "bpf/bad/bad.bpf.c", want: []string{"bpf-ktime-no-realtime", "bpf-printk-hot-path", "bpf-record-no-trace-context"},
+			lines: map[string]int{"bpf-record-no-trace-context": 4, "bpf-printk-hot-path": 16, "bpf-ktime-no-realtime": 14}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			res := run(t, &Checker{}, filepath.Join(fixtures, tt.file))
+			if got := ruleSet(res.Findings, true); !slices.Equal(got, tt.want) {
+				t.Errorf("rules = %v, want %v\n%+v", got, tt.want, res.Findings)
+			}
+			for rule, line := range tt.lines {
+				found := false
+				for _, f := range res.Findings {
+					if f.Rule == rule && f.Line == line {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("%s not reported on line %d: %+v", rule, line, res.Findings)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildSnippets(t *testing.T) {
+	tests := []struct {
+		name, kind, text string
+		want             []string
+	}{
+		{"bare build-id", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS = -Wl,--build-id\n", []string{}},
+		{"continued line", "make", "CFLAGS = -O2 \\\n  -fno-omit-frame-pointer \\\n  -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{}},
+		{"commented flag does not count", "make", "CFLAGS = -O2 # -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer"}},
+		{"append", "make", "CFLAGS = -O2\nCFLAGS += -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{}},
+		{"no-omit is not omit", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{}},
+		{"leaf omit", "make", "CFLAGS = -fno-omit-frame-pointer -momit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer", "cflags-omit-frame-pointer"}},
+		{"go only makefile", "make", "all:\n\tgo build ./...\n", []string{}},
+		{"bpf compile only", "make", "x.o: x.bpf.c\n\tclang-19 -O2 -g -target bpf -c $< -o $@\n", []string{}},
+		{"uuid build id", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS = -Wl,--build-id=uuid\n", []string{"build-id-not-sha1"}},
+		{"ld -s", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS = -s -Wl,--build-id=sha1\n", []string{"strip-no-debug-file"}},
+		{"strip with debug kept", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS = -Wl,--build-id\nx:\n\tobjcopy --only-keep-debug x x.debug\n\tstrip x\n", []string{}},
+		{"objcopy removes note", "docker", "RUN objcopy --remove-section=.note.gnu.build-id /bin/app\n", []string{"strip-removes-build-id"}},
+		{"go -w", "docker", "RUN go build -ldflags=-w -o /app .\n", []string{"go-ldflags-strip"}},
+		{"cargo bare force", "cargo", "[build]\nrustflags = \"-C force-frame-pointers\"\n", []string{}},
+		{"cargo force off", "cargo", "[build]\nrustflags = [\"-C\", \"force-frame-pointers=no\"]\n", []string{"rustflags-no-frame-pointer"}},
+		{"cmake per target", "cmake", "project(x C)\ntarget_compile_options(x PRIVATE -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer)\ntarget_link_options(x PRIVATE -Wl,--build-id=sha1)\n", []string{}},
+		{"cmake no languages", "cmake", "cmake_minimum_required(VERSION 3.20)\n", []string{}},
+		{"bazel java only", "bazel", "build --java_runtime_version=17\n", []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ruleSet(checkBuildFile(fileKind(tt.kind), "x", tt.text), true)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("rules = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := map[string]fileKind{
+		"Makefile": kindMake, "a/rules.mk": kindMake, "GNUmakefile": kindMake,
+		"Dockerfile": kindDocker, "Dockerfile.agent": kindDocker, "x.Dockerfile": kindDocker,
+		"CMakeLists.txt": kindCMake, "meson.build": kindMeson, "r/.cargo/config.toml": kindCargo,
+		"config.toml": "", ".bazelrc": kindBazel, "collector.yaml": kindCollector,
+		"deploy/otel-collector.yml": kindCollector, "values.yaml": "", "bpf/x.bpf.c": kindBPF, "x.c": "",
+	}
+	for path, want := range tests {
+		if got := classify(path); got != want {
+			t.Errorf("classify(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+// A walk reads build files and configs but skips testdata and hidden
+// directories, which hold deliberately bad examples.
+func TestWalk(t *testing.T) {
+	res := run(t, &Checker{}, filepath.Join(fixtures, "tree"))
+	want := []string{filepath.Join(fixtures, "tree/Makefile"), filepath.Join(fixtures, "tree/deploy/collector.yaml")}
+	if !slices.Equal(res.Targets, want) {
+		t.Errorf("targets = %v, want %v", res.Targets, want)
+	}
+	if n := res.violations(); n != 0 {
+		t.Errorf("violations = %d: %+v", n, res.Findings)
+	}
+}
+
+func TestSARIF(t *testing.T) {
+	res := run(t, &Checker{}, filepath.Join(fixtures, "build/bad-omit.mk"), filepath.Join(fixtures, "collector/collector-good.yaml"))
+	var buf bytes.Buffer
+	if err := res.write(&buf, "sarif"); err != nil {
+		t.Fatal(err)
+	}
+	var log struct {
+		Schema  string `json:"$schema"`
+		Version string `json:"version"`
+		Runs    []struct {
+			Tool struct {
+				Driver struct {
+					Name  string `json:"name"`
+					Rules []struct {
+						ID string `json:"id"`
+					} `json:"rules"`
+				} `json:"driver"`
+			} `json:"tool"`
+			Results []struct {
+				RuleID    string `json:"ruleId"`
+				RuleIndex int    `json:"ruleIndex"`
+				Level     string `json:"level"`
+				Message   struct {
+					Text string `json:"text"`
+				} `json:"message"`
+				Locations []struct {
+					PhysicalLocation struct {
+						ArtifactLocation struct {
+							URI string `json:"uri"`
+						} `json:"artifactLocation"`
+						Region *struct {
+							StartLine int `json:"startLine"`
+						} `json:"region"`
+					} `json:"physicalLocation"`
+				} `json:"locations"`
+			} `json:"results"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &log); err != nil {
+		t.Fatal(err)
+	}
+	if log.Version != "2.1.0" || !strings.Contains(log.Schema, "sarif-2.1.0") || len(log.Runs) != 1 {
+		t.Fatalf("header: version=%q schema=%q runs=%d", log.Version, log.Schema, len(log.Runs))
+	}
+	run := log.Runs[0]
+	if len(run.Tool.Driver.Rules) != len(Rules) || run.Tool.Driver.Name == "" {
+		t.Errorf("driver has %d rules, want %d", len(run.Tool.Driver.Rules), len(Rules))
+	}
+	if len(run.Results) != len(res.Findings) {
+		t.Fatalf("%d results for %d findings", len(run.Results), len(res.Findings))
+	}
+	for _, r := range run.Results {
+		if run.Tool.Driver.Rules[r.RuleIndex].ID != r.RuleID {
+			t.Errorf("ruleIndex %d names %s, result says %s", r.RuleIndex, run.Tool.Driver.Rules[r.RuleIndex].ID, r.RuleID)
+		}
+		if r.Level != "error" && r.Level != "warning" && r.Level != "note" {
+			t.Errorf("level %q", r.Level)
+		}
+		if r.Message.Text == "" || len(r.Locations) != 1 {
+			t.Errorf("result %s: message %q, %d locations", r.RuleID, r.Message.Text, len(r.Locations))
+			continue
+		}
+		loc := r.Locations[0].PhysicalLocation
+		if !strings.HasPrefix(loc.ArtifactLocation.URI, "../../testdata/check/") {
+			t.Errorf("uri %q", loc.ArtifactLocation.URI)
+		}
+		if r.RuleID == "cflags-omit-frame-pointer" && (loc.Region == nil || loc.Region.StartLine != 1) {
+			t.Errorf("cflags-omit-frame-pointer region = %+v, want line 1", loc.Region)
+		}
+	}
+}
+
+func TestSARIFURI(t *testing.T) {
+	tests := map[string]string{
+		"/usr/lib/x86_64-linux-gnu/libc.so.6": "file:///usr/lib/x86_64-linux-gnu/libc.so.6",
+		"deploy/collector.yaml":               "deploy/collector.yaml",
+		"dir with space/Makefile":             "dir%20with%20space/Makefile",
+	}
+	for in, want := range tests {
+		if got := sarifURI(in); got != want {
+			t.Errorf("sarifURI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
