@@ -5,4 +5,4 @@
 // with Debian's clang-19; CI checks they match the sources.
 package bpf
 
-//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -tags linux -target amd64 -type stack_sample -type proc_lifecycle -type trace_context -type drop_counter -type sample_kind -type ctx_source -type proc_event_kind Sampler sampler.bpf.c -- -I.
+//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -tags linux -target amd64 -type stack_sample -type proc_lifecycle -type trace_context -type drop_counter -type sample_kind -type ctx_source -type proc_event_kind -type proc_config -type tls_kind -type go_label_layout Sampler sampler.bpf.c -- -I.

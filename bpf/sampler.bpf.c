@@ -45,6 +45,28 @@ struct {
 	__type(value, struct trace_context);
 } task_trace_context SEC(".maps");
 
+/* Filled by the agent per process: where its trace context lives. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct proc_config);
+} proc_configs SEC(".maps");
+
+/* The OTel eBPF Instrumentation's map, replaced by the pinned one at load
+ * time when it exists; otherwise this empty stand-in is read. */
+struct otel_span_ctx {
+	__u8 trace_id[16];
+	__u8 span_id[8];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, struct otel_span_ctx);
+} traces_ctx_v1 SEC(".maps");
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -61,15 +83,79 @@ static __always_inline int wanted(__u32 tgid)
 	return 1;
 }
 
-static __always_inline void read_trace_context(struct stack_sample *s, struct task_struct *task)
-{
-	struct trace_context *tc;
+#include "golabels.h"
 
+/* read_thread_ctx follows OTEP 4947: the TLS pointer otel_thread_ctx_v1
+ * points to a record, or is NULL outside a span. Returns 1 when s got ids. */
+static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_struct *task,
+					   struct proc_config *cfg)
+{
+	struct otel_thread_ctx_hdr hdr;
+	__u64 fsbase, addr, ptr = 0;
+
+	fsbase = BPF_CORE_READ(task, thread.fsbase);
+	if (!fsbase)
+		return 0;
+	if (cfg->tls_kind == TLS_STATIC_TP) {
+		addr = fsbase + cfg->tls_offset;
+	} else {
+		__u64 dtv = 0, block = 0;
+
+		if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(fsbase + 8)) || !dtv)
+			goto fault;
+		if (bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + 16 * cfg->tls_module)))
+			goto fault;
+		if (!block || block == ~0ULL)
+			return 0; /* this thread has not touched the module's TLS yet */
+		addr = block + cfg->tls_offset;
+	}
+	if (bpf_probe_read_user(&ptr, sizeof(ptr), (void *)addr))
+		goto fault;
+	if (!ptr)
+		return 0;
+	if (bpf_probe_read_user(&hdr, sizeof(hdr), (void *)ptr))
+		goto fault;
+	if (hdr.valid != 1) {
+		count(CNT_CTX_INVALID);
+		return 0;
+	}
+	__builtin_memcpy(s->trace_id, hdr.trace_id, sizeof(s->trace_id));
+	__builtin_memcpy(s->span_id, hdr.span_id, sizeof(s->span_id));
+	s->ctx_source = CTX_THREAD;
+	return 1;
+fault:
+	count(CNT_CTX_READ_ERR);
+	return 0;
+}
+
+/* read_trace_context tries the sources of SPEC in order: thread context,
+ * goroutine labels, task storage, the OTel instrumentation map. */
+static __always_inline void read_trace_context(struct stack_sample *s, struct task_struct *task,
+					       __u64 pid_tgid)
+{
+	struct proc_config *cfg;
+	struct trace_context *tc;
+	struct otel_span_ctx *oc;
+
+	cfg = bpf_map_lookup_elem(&proc_configs, &s->pid);
+	if (cfg) {
+		if (cfg->tls_kind != TLS_NONE && read_thread_ctx(s, task, cfg))
+			return;
+		if (cfg->go_layout != GO_LABELS_NONE && read_go_labels(s, task, cfg))
+			return;
+	}
 	tc = bpf_task_storage_get(&task_trace_context, task, 0, 0);
 	if (tc) {
 		__builtin_memcpy(s->trace_id, tc->trace_id, sizeof(s->trace_id));
 		__builtin_memcpy(s->span_id, tc->span_id, sizeof(s->span_id));
 		s->ctx_source = CTX_TASK_STORAGE;
+		return;
+	}
+	oc = bpf_map_lookup_elem(&traces_ctx_v1, &pid_tgid);
+	if (oc) {
+		__builtin_memcpy(s->trace_id, oc->trace_id, sizeof(s->trace_id));
+		__builtin_memcpy(s->span_id, oc->span_id, sizeof(s->span_id));
+		s->ctx_source = CTX_OTEL_MAP;
 	}
 }
 
@@ -131,7 +217,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
 
 	fill_user(s, task);
-	read_trace_context(s, task);
+	read_trace_context(s, task, pid_tgid);
 
 	n = bpf_get_stack(ctx, s->kern_stack, sizeof(s->kern_stack), 0);
 	if (n < 0) {
@@ -150,6 +236,32 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 
 	count(CNT_SAMPLES);
 	bpf_ringbuf_submit(s, 0);
+	return 0;
+}
+
+/* Writer for binaries exporting
+ *   void spanprof_set_trace_context(const uint8_t *trace_id16, const uint8_t *span_id8)
+ * (SPEC source 3): fills the calling thread's task storage; NULL clears. */
+SEC("uprobe")
+int BPF_KPROBE(set_trace_context, const __u8 *trace_id, const __u8 *span_id)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct trace_context *tc;
+
+	if (!trace_id) {
+		bpf_task_storage_delete(&task_trace_context, task);
+		return 0;
+	}
+	tc = bpf_task_storage_get(&task_trace_context, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tc)
+		return 0;
+	if (bpf_probe_read_user(tc->trace_id, sizeof(tc->trace_id), trace_id) ||
+	    bpf_probe_read_user(tc->span_id, sizeof(tc->span_id), span_id)) {
+		count(CNT_CTX_READ_ERR);
+		bpf_task_storage_delete(&task_trace_context, task);
+		return 0;
+	}
+	tc->start_ktime_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -199,5 +311,7 @@ const enum sample_kind *unused_sample_kind __attribute__((unused));
 const enum ctx_source *unused_ctx_source __attribute__((unused));
 const enum drop_counter *unused_drop_counter __attribute__((unused));
 const enum proc_event_kind *unused_proc_event_kind __attribute__((unused));
+const enum tls_kind *unused_tls_kind __attribute__((unused));
+const enum go_label_layout *unused_go_label_layout __attribute__((unused));
 const struct proc_lifecycle *unused_proc_lifecycle __attribute__((unused));
 const struct stack_sample *unused_stack_sample __attribute__((unused));

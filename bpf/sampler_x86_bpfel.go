@@ -34,8 +34,39 @@ const (
 	SamplerDropCounterCNT_CTX_READ_ERR     SamplerDropCounter = 5
 	SamplerDropCounterCNT_FILTERED         SamplerDropCounter = 6
 	SamplerDropCounterCNT_PROC_EVENTS_LOST SamplerDropCounter = 7
+	SamplerDropCounterCNT_CTX_INVALID      SamplerDropCounter = 8
+	SamplerDropCounterCNT_GO_LABELS_ERR    SamplerDropCounter = 9
 	SamplerDropCounterCNT_MAX              SamplerDropCounter = 16
 )
+
+type SamplerGoLabelLayout uint32
+
+const (
+	SamplerGoLabelLayoutGO_LABELS_NONE  SamplerGoLabelLayout = 0
+	SamplerGoLabelLayoutGO_LABELS_MAP   SamplerGoLabelLayout = 1
+	SamplerGoLabelLayoutGO_LABELS_SLICE SamplerGoLabelLayout = 2
+)
+
+type SamplerOtelSpanCtx struct {
+	_       structs.HostLayout
+	TraceId [16]uint8
+	SpanId  [8]uint8
+}
+
+type SamplerProcConfig struct {
+	_             structs.HostLayout
+	TlsKind       uint8
+	GoLayout      uint8
+	Pad0          uint16
+	Pad1          uint32
+	TlsOffset     int64
+	TlsModule     uint64
+	GoG_tlsOffset int64
+	GoG_m         uint32
+	GoM_curg      uint32
+	GoG_labels    uint32
+	Pad2          uint32
+}
 
 type SamplerProcEventKind uint32
 
@@ -84,6 +115,14 @@ type SamplerStackSample struct {
 	KernStack   [64]uint64
 }
 
+type SamplerTlsKind uint32
+
+const (
+	SamplerTlsKindTLS_NONE      SamplerTlsKind = 0
+	SamplerTlsKindTLS_STATIC_TP SamplerTlsKind = 1
+	SamplerTlsKindTLS_DTV       SamplerTlsKind = 2
+)
+
 type SamplerTraceContext struct {
 	_            structs.HostLayout
 	TraceId      [16]uint8
@@ -97,19 +136,24 @@ type SamplerTraceContext struct {
 const (
 	SamplerMapCounters            = "counters"
 	SamplerMapPids                = "pids"
+	SamplerMapProcConfigs         = "proc_configs"
 	SamplerMapSamples             = "samples"
 	SamplerMapTaskTraceContext    = "task_trace_context"
+	SamplerMapTracesCtxV1         = "traces_ctx_v1"
 	SamplerProgOnExec             = "on_exec"
 	SamplerProgOnExit             = "on_exit"
 	SamplerProgSampleOnCpu        = "sample_on_cpu"
+	SamplerProgSetTraceContext    = "set_trace_context"
 	SamplerVarFilterPids          = "filter_pids"
 	SamplerVarSelfTgid            = "self_tgid"
 	SamplerVarUnusedCtxSource     = "unused_ctx_source"
 	SamplerVarUnusedDropCounter   = "unused_drop_counter"
+	SamplerVarUnusedGoLabelLayout = "unused_go_label_layout"
 	SamplerVarUnusedProcEventKind = "unused_proc_event_kind"
 	SamplerVarUnusedProcLifecycle = "unused_proc_lifecycle"
 	SamplerVarUnusedSampleKind    = "unused_sample_kind"
 	SamplerVarUnusedStackSample   = "unused_stack_sample"
+	SamplerVarUnusedTlsKind       = "unused_tls_kind"
 )
 
 // LoadSampler returns the embedded CollectionSpec for Sampler.
@@ -154,9 +198,10 @@ type SamplerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SamplerProgramSpecs struct {
-	OnExec      *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit      *ebpf.ProgramSpec `ebpf:"on_exit"`
-	SampleOnCpu *ebpf.ProgramSpec `ebpf:"sample_on_cpu"`
+	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit          *ebpf.ProgramSpec `ebpf:"on_exit"`
+	SampleOnCpu     *ebpf.ProgramSpec `ebpf:"sample_on_cpu"`
+	SetTraceContext *ebpf.ProgramSpec `ebpf:"set_trace_context"`
 }
 
 // SamplerMapSpecs contains maps before they are loaded into the kernel.
@@ -165,8 +210,10 @@ type SamplerProgramSpecs struct {
 type SamplerMapSpecs struct {
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
 	Pids             *ebpf.MapSpec `ebpf:"pids"`
+	ProcConfigs      *ebpf.MapSpec `ebpf:"proc_configs"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	TaskTraceContext *ebpf.MapSpec `ebpf:"task_trace_context"`
+	TracesCtxV1      *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
 }
 
 // SamplerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -177,10 +224,12 @@ type SamplerVariableSpecs struct {
 	SelfTgid            *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedCtxSource     *ebpf.VariableSpec `ebpf:"unused_ctx_source"`
 	UnusedDropCounter   *ebpf.VariableSpec `ebpf:"unused_drop_counter"`
+	UnusedGoLabelLayout *ebpf.VariableSpec `ebpf:"unused_go_label_layout"`
 	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedProcLifecycle *ebpf.VariableSpec `ebpf:"unused_proc_lifecycle"`
 	UnusedSampleKind    *ebpf.VariableSpec `ebpf:"unused_sample_kind"`
 	UnusedStackSample   *ebpf.VariableSpec `ebpf:"unused_stack_sample"`
+	UnusedTlsKind       *ebpf.VariableSpec `ebpf:"unused_tls_kind"`
 }
 
 // SamplerObjects contains all objects after they have been loaded into the kernel.
@@ -205,16 +254,20 @@ func (o *SamplerObjects) Close() error {
 type SamplerMaps struct {
 	Counters         *ebpf.Map `ebpf:"counters"`
 	Pids             *ebpf.Map `ebpf:"pids"`
+	ProcConfigs      *ebpf.Map `ebpf:"proc_configs"`
 	Samples          *ebpf.Map `ebpf:"samples"`
 	TaskTraceContext *ebpf.Map `ebpf:"task_trace_context"`
+	TracesCtxV1      *ebpf.Map `ebpf:"traces_ctx_v1"`
 }
 
 func (m *SamplerMaps) Close() error {
 	return _SamplerClose(
 		m.Counters,
 		m.Pids,
+		m.ProcConfigs,
 		m.Samples,
 		m.TaskTraceContext,
+		m.TracesCtxV1,
 	)
 }
 
@@ -226,19 +279,22 @@ type SamplerVariables struct {
 	SelfTgid            *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedCtxSource     *ebpf.Variable `ebpf:"unused_ctx_source"`
 	UnusedDropCounter   *ebpf.Variable `ebpf:"unused_drop_counter"`
+	UnusedGoLabelLayout *ebpf.Variable `ebpf:"unused_go_label_layout"`
 	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedProcLifecycle *ebpf.Variable `ebpf:"unused_proc_lifecycle"`
 	UnusedSampleKind    *ebpf.Variable `ebpf:"unused_sample_kind"`
 	UnusedStackSample   *ebpf.Variable `ebpf:"unused_stack_sample"`
+	UnusedTlsKind       *ebpf.Variable `ebpf:"unused_tls_kind"`
 }
 
 // SamplerPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SamplerPrograms struct {
-	OnExec      *ebpf.Program `ebpf:"on_exec"`
-	OnExit      *ebpf.Program `ebpf:"on_exit"`
-	SampleOnCpu *ebpf.Program `ebpf:"sample_on_cpu"`
+	OnExec          *ebpf.Program `ebpf:"on_exec"`
+	OnExit          *ebpf.Program `ebpf:"on_exit"`
+	SampleOnCpu     *ebpf.Program `ebpf:"sample_on_cpu"`
+	SetTraceContext *ebpf.Program `ebpf:"set_trace_context"`
 }
 
 func (p *SamplerPrograms) Close() error {
@@ -246,6 +302,7 @@ func (p *SamplerPrograms) Close() error {
 		p.OnExec,
 		p.OnExit,
 		p.SampleOnCpu,
+		p.SetTraceContext,
 	)
 }
 

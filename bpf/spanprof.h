@@ -36,6 +36,8 @@ enum drop_counter {
 	CNT_CTX_READ_ERR = 5,
 	CNT_FILTERED = 6,
 	CNT_PROC_EVENTS_LOST = 7,
+	CNT_CTX_INVALID = 8,    /* thread context record present but not valid */
+	CNT_GO_LABELS_ERR = 9,  /* goroutine labels unreadable or malformed */
 	CNT_MAX = 16,
 };
 
@@ -45,6 +47,45 @@ struct trace_context {
 	__u8 trace_id[16];
 	__u8 span_id[8];
 	__u64 start_ktime_ns;
+};
+
+enum tls_kind {
+	TLS_NONE = 0,
+	TLS_STATIC_TP = 1, /* variable at fsbase + tls_offset */
+	TLS_DTV = 2,       /* dtv = *(fsbase+8); block = dtv[module].val; var at block + tls_offset */
+};
+
+enum go_label_layout {
+	GO_LABELS_NONE = 0,
+	GO_LABELS_MAP = 1,   /* Go <= 1.23: labels point to a map[string]string */
+	GO_LABELS_SLICE = 2, /* Go >= 1.24: labels point to a []label{key, value string} */
+};
+
+/* Per-process instructions for finding the trace context, written by the
+ * agent after it inspected the process's binaries. */
+struct proc_config {
+	__u8 tls_kind;      /* enum tls_kind */
+	__u8 go_layout;     /* enum go_label_layout */
+	__u16 pad0;
+	__u32 pad1;
+	__s64 tls_offset;
+	__u64 tls_module;
+	/* Go runtime: g at fsbase + go_g_tls_offset, then g.m, m.curg,
+	 * curg.labels. */
+	__s64 go_g_tls_offset;
+	__u32 go_g_m;
+	__u32 go_m_curg;
+	__u32 go_g_labels;
+	__u32 pad2;
+};
+
+/* OTEP 4947 thread-context record header (packed, 2-byte aligned). */
+struct otel_thread_ctx_hdr {
+	__u8 trace_id[16];
+	__u8 span_id[8];
+	__u8 valid;
+	__u8 trace_flags;
+	__u16 attrs_data_size;
 };
 
 /* One event from the kernel: an on-CPU tick or an off-CPU interval. */

@@ -24,6 +24,10 @@ import (
 // PinDir is where maps shared with other programs are pinned.
 const PinDir = "/sys/fs/bpf/spanprof"
 
+// OTelTracesMapPin is where the OTel eBPF Instrumentation pins its map of
+// the spans each thread is in (key pid_tgid, value trace_id[16] span_id[8]).
+const OTelTracesMapPin = "/sys/fs/bpf/otel/traces_ctx_v1"
+
 // Options configure a Sampler.
 type Options struct {
 	// Frequency is the on-CPU sampling frequency in Hz per CPU.
@@ -92,6 +96,14 @@ func New(opts Options) (*Sampler, error) {
 		spec.Maps[bpf.SamplerMapTaskTraceContext].Pinning = ebpf.PinNone
 	} else {
 		collOpts.Maps.PinPath = PinDir
+	}
+
+	if m, err := ebpf.LoadPinnedMap(OTelTracesMapPin, nil); err == nil {
+		// Read the OTel eBPF Instrumentation's span map in place of the
+		// empty stand-in; load fails clearly if its layout differs.
+		collOpts.MapReplacements = map[string]*ebpf.Map{bpf.SamplerMapTracesCtxV1: m}
+		defer m.Close()
+		opts.Logger.Info("reading trace context from the OTel instrumentation map", "pin", OTelTracesMapPin)
 	}
 
 	s := &Sampler{

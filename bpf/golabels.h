@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Reading trace_id/span_id from the pprof labels of the goroutine running
+ * on the sampled thread: g from TLS -> g.m -> m.curg -> curg.labels.
+ * Offsets come from the agent per process (proc_config); the two label
+ * layouts are those of Go's runtime/pprof. Included by sampler.bpf.c after
+ * its maps and count(). */
+#ifndef SPANPROF_GOLABELS_H
+#define SPANPROF_GOLABELS_H
+
+#define GO_MAX_LABELS 10
+
+struct go_string {
+	__u64 ptr;
+	__u64 len;
+};
+
+/* Go >= 1.24: labels -> labelMap{ LabelSet{ list []label } }. */
+struct go_slice {
+	__u64 ptr;
+	__u64 len;
+	__u64 cap;
+};
+
+struct go_label {
+	struct go_string key;
+	struct go_string value;
+};
+
+/* Go <= 1.23: labels -> *labelMap, a map[string]string; one bucket when it
+ * holds 8 labels or fewer (B == 0). */
+struct go_hmap {
+	__u64 count;
+	__u8 flags;
+	__u8 B;
+	__u16 noverflow;
+	__u32 hash0;
+	__u64 buckets;
+};
+
+struct go_bucket_strings {
+	__u8 tophash[8];
+	struct go_string keys[8];
+	struct go_string values[8];
+	__u64 overflow;
+};
+
+#define GO_MIN_TOPHASH 5 /* smaller tophash values mark empty slots */
+
+static __always_inline int hexval(__u8 c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* hex_decode16 decodes 32 hex chars at src into 16 bytes, n = bytes. */
+static __always_inline int hex_decode(__u8 *dst, const __u8 *src, int n)
+{
+	for (int i = 0; i < n && i < 16; i++) {
+		int hi = hexval(src[2 * i]), lo = hexval(src[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -1;
+		dst[i] = (hi << 4) | lo;
+	}
+	return 0;
+}
+
+/* match_label checks one key/value pair; returns a bit: 1 trace_id, 2
+ * span_id, 0 other, -1 fault. */
+static __always_inline int match_label(struct stack_sample *s, struct go_string *k, struct go_string *v)
+{
+	__u8 key[8];
+	__u8 hex[32];
+
+	if (k->len != 8 && k->len != 7)
+		return 0;
+	if (bpf_probe_read_user(key, sizeof(key), (void *)k->ptr))
+		return -1;
+	if (k->len == 8 && __builtin_memcmp(key, "trace_id", 8) == 0) {
+		if (v->len != 32 || bpf_probe_read_user(hex, 32, (void *)v->ptr))
+			return -1;
+		if (hex_decode(s->trace_id, hex, 16))
+			return -1;
+		return 1;
+	}
+	if (k->len == 7 && __builtin_memcmp(key, "span_id", 7) == 0) {
+		if (v->len != 16 || bpf_probe_read_user(hex, 16, (void *)v->ptr))
+			return -1;
+		if (hex_decode(s->span_id, hex, 8))
+			return -1;
+		return 2;
+	}
+	return 0;
+}
+
+static __always_inline int read_go_labels(struct stack_sample *s, struct task_struct *task,
+					  struct proc_config *cfg)
+{
+	__u64 fsbase, g = 0, m = 0, curg = 0, labels = 0;
+	int found = 0, r;
+
+	fsbase = BPF_CORE_READ(task, thread.fsbase);
+	if (!fsbase)
+		return 0;
+	if (bpf_probe_read_user(&g, sizeof(g), (void *)(fsbase + cfg->go_g_tls_offset)) || !g)
+		return 0; /* not a Go thread (yet), or a foreign thread */
+	if (bpf_probe_read_user(&m, sizeof(m), (void *)(g + cfg->go_g_m)) || !m)
+		goto fault;
+	if (bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + cfg->go_m_curg)))
+		goto fault;
+	if (!curg)
+		return 0; /* the thread runs no goroutine: scheduler or idle */
+	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + cfg->go_g_labels)))
+		goto fault;
+	if (!labels)
+		return 0;
+
+	if (cfg->go_layout == GO_LABELS_SLICE) {
+		struct go_slice list;
+
+		if (bpf_probe_read_user(&list, sizeof(list), (void *)labels))
+			goto fault;
+		for (int i = 0; i < GO_MAX_LABELS; i++) {
+			struct go_label l;
+
+			if (i >= list.len)
+				break;
+			if (bpf_probe_read_user(&l, sizeof(l), (void *)(list.ptr + i * sizeof(l))))
+				goto fault;
+			r = match_label(s, &l.key, &l.value);
+			if (r < 0)
+				goto fault;
+			found |= r;
+			if (found == 3)
+				break;
+		}
+	} else {
+		struct go_hmap h;
+		__u64 hp = 0;
+		__u8 tophash[8];
+
+		/* labels points to the map variable, which points to the hmap. */
+		if (bpf_probe_read_user(&hp, sizeof(hp), (void *)labels) || !hp)
+			goto fault;
+		if (bpf_probe_read_user(&h, sizeof(h), (void *)hp))
+			goto fault;
+		if (h.B != 0 || !h.buckets)
+			goto fault; /* more than 8 labels: not supported */
+		if (bpf_probe_read_user(tophash, sizeof(tophash), (void *)h.buckets))
+			goto fault;
+		for (int i = 0; i < 8; i++) {
+			struct go_string k, v;
+
+			if (tophash[i] < GO_MIN_TOPHASH)
+				continue;
+			if (bpf_probe_read_user(&k, sizeof(k), (void *)(h.buckets + 8 + i * 16)) ||
+			    bpf_probe_read_user(&v, sizeof(v), (void *)(h.buckets + 8 + 128 + i * 16)))
+				goto fault;
+			r = match_label(s, &k, &v);
+			if (r < 0)
+				goto fault;
+			found |= r;
+			if (found == 3)
+				break;
+		}
+	}
+	if (found != 3) {
+		/* A half-set pair is not a span: never report wrong ids. */
+		__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
+		__builtin_memset(s->span_id, 0, sizeof(s->span_id));
+		return 0;
+	}
+	s->ctx_source = CTX_GO_LABELS;
+	return 1;
+fault:
+	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
+	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
+	count(CNT_GO_LABELS_ERR);
+	return 0;
+}
+
+#endif
