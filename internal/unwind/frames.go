@@ -1,0 +1,255 @@
+package unwind
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// frameSection is a loaded .eh_frame or .debug_frame with an index of its
+// FDEs by pc range. Instructions are run per function on first use.
+type frameSection struct {
+	data  []byte
+	addr  uint64 // virtual address of data[0]; 0 for .debug_frame
+	debug bool   // .debug_frame layout (absolute CIE offsets and addresses)
+
+	// hdr is the binary-search table of .eh_frame_hdr when it is usable:
+	// pairs of sdata4 (initial pc, FDE address) relative to hdrAddr.
+	hdr     []byte
+	hdrAddr uint64
+	// fdes is built by a scan when there is no usable hdr table.
+	fdes []fdeRef
+
+	mu   sync.Mutex
+	cies map[int]*cie
+}
+
+// fdeRef locates one FDE.
+type fdeRef struct {
+	start, end uint64
+	off        int
+}
+
+// loadFrameSection reads name ("eh_frame" or "debug_frame") from f, or
+// returns nil when f has no such section.
+func loadFrameSection(f *elf.File, debug bool) (*frameSection, error) {
+	name := ".eh_frame"
+	if debug {
+		name = ".debug_frame"
+	}
+	s := f.Section(name)
+	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+		return nil, nil
+	}
+	data, err := s.Data()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	fs := &frameSection{data: data, debug: debug, cies: map[int]*cie{}}
+	if !debug {
+		fs.addr = s.Addr
+		if h := f.Section(".eh_frame_hdr"); h != nil {
+			if hd, err := h.Data(); err == nil {
+				fs.useHdr(hd, h.Addr)
+			}
+		}
+	}
+	if fs.hdr == nil {
+		if err := fs.scan(); err != nil {
+			return nil, fmt.Errorf("index %s: %w", name, err)
+		}
+	}
+	return fs, nil
+}
+
+// useHdr adopts the .eh_frame_hdr search table if it has the encoding
+// every linker writes (datarel sdata4) and points at this .eh_frame.
+func (fs *frameSection) useHdr(hd []byte, addr uint64) {
+	if len(hd) < 4 || hd[0] != 1 || hd[3] != peDatarel|peSdata4 {
+		return
+	}
+	r := &reader{b: hd, off: 4}
+	ehPtr := r.pointer(hd[1], addr, addr)
+	count := r.pointer(hd[2], addr, addr)
+	if r.err != nil || ehPtr != fs.addr || count == 0 || uint64(len(hd)-r.off) < count*8 {
+		return
+	}
+	fs.hdr = hd[r.off : r.off+int(count)*8]
+	fs.hdrAddr = addr
+}
+
+// scan indexes every FDE by its pc range.
+func (fs *frameSection) scan() error {
+	for off := 0; off < len(fs.data); {
+		e, err := fs.entry(off)
+		if err != nil {
+			return err
+		}
+		if e.length == 0 {
+			if fs.debug {
+				return nil
+			}
+			off = e.next
+			continue
+		}
+		if !e.isCIE {
+			start, end, _, err := fs.fde(e)
+			if err == nil && end > start {
+				fs.fdes = append(fs.fdes, fdeRef{start: start, end: end, off: off})
+			}
+		}
+		off = e.next
+	}
+	sort.Slice(fs.fdes, func(i, j int) bool { return fs.fdes[i].start < fs.fdes[j].start })
+	return nil
+}
+
+// entry is one CIE or FDE header.
+type entry struct {
+	length  uint64
+	isCIE   bool
+	ciePtr  int
+	body    *reader // positioned after the id field
+	next    int
+	entryAt int
+}
+
+func (fs *frameSection) entry(off int) (entry, error) {
+	r := &reader{b: fs.data, off: off}
+	e := entry{entryAt: off}
+	e.length = uint64(r.u32())
+	wide := e.length == 0xffffffff
+	if wide {
+		e.length = r.u64()
+	}
+	if r.err != nil {
+		return e, r.err
+	}
+	if e.length == 0 {
+		e.next = r.off
+		return e, nil
+	}
+	end := r.off + int(e.length)
+	if e.length > uint64(len(fs.data)) || end > len(fs.data) {
+		return e, fmt.Errorf("entry at %d overruns section: %w", off, errCFI)
+	}
+	idPos := r.off
+	var id uint64
+	if wide {
+		id = r.u64()
+	} else {
+		id = uint64(r.u32())
+	}
+	switch {
+	case fs.debug:
+		e.isCIE = id == 0xffffffff || id == 0xffffffffffffffff
+		e.ciePtr = int(id)
+	default:
+		e.isCIE = id == 0
+		e.ciePtr = idPos - int(id)
+	}
+	e.body = &reader{b: fs.data[:end], off: r.off}
+	e.next = end
+	return e, r.err
+}
+
+// cieAt parses (once) the CIE at off.
+func (fs *frameSection) cieAt(off int) (*cie, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if c, ok := fs.cies[off]; ok {
+		return c, nil
+	}
+	e, err := fs.entry(off)
+	if err != nil {
+		return nil, err
+	}
+	if !e.isCIE {
+		return nil, fmt.Errorf("no CIE at %d: %w", off, errCFI)
+	}
+	c, err := parseCIE(e.body, fs.debug)
+	if err != nil {
+		return nil, err
+	}
+	fs.cies[off] = c
+	return c, nil
+}
+
+// fde decodes an FDE's pc range and returns its instructions.
+func (fs *frameSection) fde(e entry) (start, end uint64, insns []byte, err error) {
+	if e.ciePtr < 0 || e.ciePtr >= len(fs.data) {
+		return 0, 0, nil, fmt.Errorf("FDE at %d: CIE pointer out of section: %w", e.entryAt, errCFI)
+	}
+	c, err := fs.cieAt(e.ciePtr)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	r := e.body
+	if fs.debug {
+		start = r.u64()
+		end = start + r.u64()
+	} else {
+		start = r.pointer(c.fdeEnc, fs.addr, 0)
+		end = start + r.pointer(c.fdeEnc&0x0f, fs.addr, 0)
+	}
+	if c.hasAug {
+		r.bytes(int(r.uleb()))
+	}
+	if r.err != nil {
+		return 0, 0, nil, r.err
+	}
+	return start, end, r.b[r.off:], nil
+}
+
+// find returns the FDE offset covering pc.
+func (fs *frameSection) find(pc uint64) (int, bool) {
+	if fs.hdr != nil {
+		n := len(fs.hdr) / 8
+		at := func(i int) uint64 {
+			return fs.hdrAddr + uint64(int64(int32(binary.LittleEndian.Uint32(fs.hdr[i*8:]))))
+		}
+		i := sort.Search(n, func(i int) bool { return at(i) > pc }) - 1
+		if i < 0 {
+			return 0, false
+		}
+		fdeAddr := fs.hdrAddr + uint64(int64(int32(binary.LittleEndian.Uint32(fs.hdr[i*8+4:]))))
+		return int(fdeAddr - fs.addr), true
+	}
+	i := sort.Search(len(fs.fdes), func(i int) bool { return fs.fdes[i].start > pc }) - 1
+	if i < 0 || pc >= fs.fdes[i].end {
+		return 0, false
+	}
+	return fs.fdes[i].off, true
+}
+
+// rows runs the instructions of the FDE covering pc. ok is false when no
+// FDE covers pc.
+func (fs *frameSection) rows(pc uint64) (start uint64, rows []row, ok bool, err error) {
+	off, found := fs.find(pc)
+	if !found || off < 0 || off >= len(fs.data) {
+		return 0, nil, false, nil
+	}
+	e, err := fs.entry(off)
+	if err != nil || e.isCIE || e.length == 0 {
+		return 0, nil, false, err
+	}
+	start, end, insns, err := fs.fde(e)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if pc < start || pc >= end {
+		return 0, nil, false, nil
+	}
+	c, err := fs.cieAt(e.ciePtr)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	rows, err = execute(c, insns, start)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	rows = append(rows, row{pc: end}) // Unknown past the end
+	return start, rows, true, nil
+}

@@ -1,0 +1,76 @@
+// Package unwind answers, for an instruction address of a binary, how its
+// canonical frame address (CFA) is computed, so that the sampler can tell
+// when a frame-pointer walk skipped a caller: a sample taken in a function
+// that has not (yet, or ever) set up its frame pointer loses the caller,
+// whose return address is still on the stack at CFA-8.
+//
+// Rules come from .eh_frame (via .eh_frame_hdr when present),
+// .debug_frame, or, for Go binaries without either, the pclntab SP-delta
+// table. Tables are built once per binary and evaluated per function on
+// first use.
+package unwind
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Kind says which register the CFA is relative to.
+type Kind uint8
+
+const (
+	// Unknown means no unwind information, a DWARF expression or a CFA
+	// register other than RSP and RBP.
+	Unknown Kind = iota
+	// SPOffset is CFA = RSP + Offset: the function has no frame pointer
+	// of its own at this address (leaf without frame, prologue, epilogue).
+	SPOffset
+	// FPOffset is CFA = RBP + Offset: RBP holds this function's frame, so a
+	// frame-pointer walk from here is right.
+	FPOffset
+)
+
+// Rule is the CFA rule at one address.
+type Rule struct {
+	Kind   Kind
+	Offset int64
+}
+
+// String renders the rule the way readelf --debug-dump=frames-interp does.
+func (r Rule) String() string {
+	switch r.Kind {
+	case SPOffset:
+		return fmt.Sprintf("rsp+%d", r.Offset)
+	case FPOffset:
+		return fmt.Sprintf("rbp+%d", r.Offset)
+	}
+	return "unknown"
+}
+
+// FrameSetUp reports whether RBP holds the frame of the function at this
+// address, i.e. whether a frame-pointer walk from here finds its caller.
+// It is false for RSP-based and unknown rules.
+func (r Rule) FrameSetUp() bool { return r.Kind == FPOffset }
+
+// RecoverCaller returns the return address of the sampled function when
+// the frame-pointer walk cannot see it. stackCopy holds the bytes of user
+// memory at [sp, sp+len(stackCopy)).
+//
+// The rule: when the CFA is RSP-based (CFA = RSP+N), RBP still holds the
+// caller's frame (or garbage), so the FP walk starts at the caller's
+// caller; the skipped return address is the word just below the CFA, at
+// stackCopy[N-8:N]. When the CFA is RBP-based the FP walk is right and
+// ok is false; ok is also false for unknown rules and for words outside
+// the copy.
+func RecoverCaller(rule Rule, sp uint64, stackCopy []byte) (ra uint64, ok bool) {
+	_ = sp // the copy starts at sp; kept for callers that copy with an offset
+	if rule.Kind != SPOffset || rule.Offset < 8 || rule.Offset%8 != 0 {
+		return 0, false
+	}
+	n := rule.Offset
+	if n > int64(len(stackCopy)) {
+		return 0, false
+	}
+	ra = binary.LittleEndian.Uint64(stackCopy[n-8 : n])
+	return ra, ra != 0
+}

@@ -1,0 +1,132 @@
+package unwind
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/spanprof/spanprof/internal/symbolize"
+)
+
+// maxCachedFuncs bounds the per-binary cache of evaluated functions; when
+// full it is dropped and refilled, which only costs re-running CFI.
+const maxCachedFuncs = 4096
+
+// Table answers CFA rules for one binary. It is safe for concurrent use.
+type Table struct {
+	// sources are asked in order: Go pclntab, .eh_frame, .debug_frame.
+	sources []source
+
+	mu    sync.Mutex
+	funcs map[uint64][]row // function start → rows
+	spans []span           // sorted function ranges in funcs, for lookup
+}
+
+type span struct{ start, end uint64 }
+
+// source yields the rows of the function containing pc; ok is false when
+// it has no information for pc.
+type source interface {
+	rows(pc uint64) (start uint64, rows []row, ok bool, err error)
+}
+
+// NewTable indexes the unwind information of f. It keeps the frame
+// sections in memory and closes nothing: f may be closed afterwards.
+func NewTable(f *elf.File) (*Table, error) {
+	t := &Table{funcs: map[uint64][]row{}}
+	isGo := false
+	if p, err := symbolize.FindPclntab(f); err == nil {
+		g, err := newGoFrames(p)
+		if err != nil {
+			return nil, err
+		}
+		t.sources = append(t.sources, g)
+		isGo = true
+	} else if !errors.Is(err, symbolize.ErrNoPclntab) {
+		return nil, err
+	}
+	eh, err := loadFrameSection(f, false)
+	if err != nil {
+		return nil, err
+	}
+	if eh != nil {
+		t.sources = append(t.sources, eh)
+	}
+	// Go's .debug_frame hides its frame pointers; only C uses it.
+	if !isGo {
+		dbg, err := loadFrameSection(f, true)
+		if err != nil {
+			return nil, err
+		}
+		if dbg != nil {
+			t.sources = append(t.sources, dbg)
+		}
+	}
+	return t, nil
+}
+
+// OpenTable reads the unwind information of the ELF file at path.
+func OpenTable(path string) (*Table, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open elf %s: %w", path, err)
+	}
+	defer f.Close()
+	return NewTable(f)
+}
+
+// RuleAt returns the CFA rule at ELF virtual address vaddr (translate
+// runtime addresses with symbolize.VirtualAddress first). Go functions
+// use the pclntab, others .eh_frame, then .debug_frame.
+func (t *Table) RuleAt(vaddr uint64) (Rule, error) {
+	t.mu.Lock()
+	i := sort.Search(len(t.spans), func(i int) bool { return t.spans[i].start > vaddr }) - 1
+	if i >= 0 && vaddr < t.spans[i].end {
+		rows := t.funcs[t.spans[i].start]
+		t.mu.Unlock()
+		return ruleIn(rows, vaddr), nil
+	}
+	t.mu.Unlock()
+
+	var errs []error
+	for _, src := range t.sources {
+		start, rows, ok, err := src.rows(vaddr)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			t.remember(start, rows)
+			return ruleIn(rows, vaddr), nil
+		}
+	}
+	return Rule{}, errors.Join(errs...)
+}
+
+func ruleIn(rows []row, pc uint64) Rule {
+	i := sort.Search(len(rows), func(i int) bool { return rows[i].pc > pc }) - 1
+	if i < 0 {
+		return Rule{}
+	}
+	return rows[i].rule
+}
+
+func (t *Table) remember(start uint64, rows []row) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.funcs[start]; ok {
+		return
+	}
+	if len(t.funcs) >= maxCachedFuncs {
+		t.funcs = map[uint64][]row{}
+		t.spans = t.spans[:0]
+	}
+	t.funcs[start] = rows
+	sp := span{start: start, end: rows[len(rows)-1].pc}
+	i := sort.Search(len(t.spans), func(i int) bool { return t.spans[i].start > start })
+	t.spans = append(t.spans, span{})
+	copy(t.spans[i+1:], t.spans[i:])
+	t.spans[i] = sp
+}
