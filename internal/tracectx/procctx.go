@@ -1,0 +1,287 @@
+package tracectx
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// OTEP 4719 process context header: {char signature[8]; u32 version;
+// u32 payload_size; u64 published_at_ns; u64 payload_ptr}.
+const (
+	procCtxSignature  = "OTEL_CTX"
+	procCtxVersion    = 2
+	procCtxHeaderSize = 32
+	// MaxProcessContextPayload bounds what the reader copies from a process.
+	MaxProcessContextPayload = 1 << 20
+	procCtxRetries           = 4
+)
+
+// Extra attribute keys the thread-context draft puts into the process
+// context (OTEP 4947): how to interpret the record's attribute key bytes.
+const (
+	SchemaVersionKey   = "threadlocal.schema_version"
+	AttributeKeyMapKey = "threadlocal.attribute_key_map"
+)
+
+// Errors of the process-context reader.
+var (
+	// ErrNoProcessContext: no OTEL_CTX mapping with a valid header.
+	ErrNoProcessContext = errors.New("no process context")
+	// ErrProcessContextBusy: the publisher kept updating while we read.
+	ErrProcessContextBusy = errors.New("process context changed while reading")
+	// ErrBadPayload: the payload is not a ProcessContext protobuf.
+	ErrBadPayload = errors.New("process context payload malformed")
+)
+
+// ProcessContext is a decoded OTEP 4719 payload.
+type ProcessContext struct {
+	// PublishedAtNs is the header's published_at_ns (CLOCK_REALTIME).
+	PublishedAtNs uint64
+	// Resource holds ProcessContext.resource.attributes; non-string values
+	// are rendered as text.
+	Resource map[string]string
+	// Extra holds ProcessContext.extra_attributes other than the key map.
+	Extra map[string]string
+	// AttributeKeyMap names thread-context attribute keys by index.
+	AttributeKeyMap []string
+}
+
+// ReadProcessContext returns the resource attributes a process published
+// with the OTEP 4719 process context. It returns ErrNoProcessContext when the
+// process publishes none.
+func ReadProcessContext(pid int) (map[string]string, error) {
+	pc, err := LoadProcessContext(pid)
+	if err != nil {
+		return nil, err
+	}
+	return pc.Resource, nil
+}
+
+// LoadProcessContext finds the OTEL_CTX mapping in /proc/PID/maps, reads the
+// header and payload from /proc/PID/mem with the OTEP's retry protocol, and
+// decodes it.
+func LoadProcessContext(pid int) (*ProcessContext, error) {
+	maps, err := readMaps(pid)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return nil, fmt.Errorf("open process memory: %w", err)
+	}
+	defer mem.Close()
+	return loadProcessContext(mem, maps)
+}
+
+func isProcCtxMapping(path string) bool {
+	return strings.HasPrefix(path, "/memfd:OTEL_CTX") ||
+		strings.HasPrefix(path, "[anon:OTEL_CTX]") ||
+		strings.HasPrefix(path, "[anon_shmem:OTEL_CTX]")
+}
+
+func loadProcessContext(mem io.ReaderAt, maps []mapping) (*ProcessContext, error) {
+	var errs []error
+	for _, m := range maps {
+		if !isProcCtxMapping(m.path) || m.end-m.start < procCtxHeaderSize {
+			continue
+		}
+		pc, err := readProcessContextAt(mem, m.start)
+		if err == nil {
+			return pc, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, ErrNoProcessContext
+	}
+	return nil, errors.Join(errs...)
+}
+
+func readProcessContextAt(mem io.ReaderAt, addr uint64) (*ProcessContext, error) {
+	var hdr [procCtxHeaderSize]byte
+	for range procCtxRetries {
+		if _, err := mem.ReadAt(hdr[:], int64(addr)); err != nil {
+			return nil, fmt.Errorf("read process context header at %#x: %w", addr, err)
+		}
+		if string(hdr[0:8]) != procCtxSignature {
+			return nil, fmt.Errorf("process context at %#x: bad signature: %w", addr, ErrNoProcessContext)
+		}
+		if v := binary.NativeEndian.Uint32(hdr[8:12]); v != procCtxVersion {
+			return nil, fmt.Errorf("process context at %#x: version %d not supported: %w", addr, v, ErrNoProcessContext)
+		}
+		size := binary.NativeEndian.Uint32(hdr[12:16])
+		published := binary.NativeEndian.Uint64(hdr[16:24])
+		ptr := binary.NativeEndian.Uint64(hdr[24:32])
+		if published == 0 {
+			continue // update in progress
+		}
+		if size > MaxProcessContextPayload {
+			return nil, fmt.Errorf("process context at %#x: payload of %d bytes: %w", addr, size, ErrBadPayload)
+		}
+		payload := make([]byte, size)
+		if _, err := mem.ReadAt(payload, int64(ptr)); err != nil {
+			continue // a racing update may have freed the old payload
+		}
+		var again [8]byte
+		if _, err := mem.ReadAt(again[:], int64(addr)+16); err != nil {
+			return nil, fmt.Errorf("re-read process context header at %#x: %w", addr, err)
+		}
+		if binary.NativeEndian.Uint64(again[:]) != published {
+			continue
+		}
+		pc, err := DecodeProcessContext(payload)
+		if err != nil {
+			return nil, err
+		}
+		pc.PublishedAtNs = published
+		return pc, nil
+	}
+	return nil, fmt.Errorf("process context at %#x: %w", addr, ErrProcessContextBusy)
+}
+
+// DecodeProcessContext decodes a ProcessContext protobuf:
+//
+//	ProcessContext { Resource resource = 1; repeated KeyValue extra_attributes = 2; }
+//	Resource { repeated KeyValue attributes = 1; ... }
+//
+// Unknown fields are skipped, as protobuf evolution requires.
+func DecodeProcessContext(b []byte) (*ProcessContext, error) {
+	pc := &ProcessContext{Resource: map[string]string{}, Extra: map[string]string{}}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num != 1 || typ != protowire.BytesType {
+					return nil
+				}
+				k, val, _, err := decodeKeyValue(v, 0)
+				if err != nil {
+					return err
+				}
+				pc.Resource[k] = val
+				return nil
+			})
+		case num == 2 && typ == protowire.BytesType:
+			k, val, arr, err := decodeKeyValue(v, 0)
+			if err != nil {
+				return err
+			}
+			if k == AttributeKeyMapKey {
+				pc.AttributeKeyMap = arr
+			} else {
+				pc.Extra[k] = val
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decode process context: %w", err)
+	}
+	return pc, nil
+}
+
+// eachField calls fn with every field of message b; fixed-width and varint
+// values are passed as their raw bytes.
+func eachField(b []byte, fn func(protowire.Number, protowire.Type, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w: %w", protowire.ParseError(n), ErrBadPayload)
+		}
+		b = b[n:]
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(b)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n >= 0 {
+				v = b[:n]
+			}
+		}
+		if n < 0 {
+			return fmt.Errorf("field %d: %w: %w", num, protowire.ParseError(n), ErrBadPayload)
+		}
+		b = b[n:]
+		if err := fn(num, typ, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeKeyValue decodes KeyValue{string key = 1; AnyValue value = 2}. arr
+// holds the elements when the value is an array.
+func decodeKeyValue(b []byte, depth int) (key, val string, arr []string, err error) {
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			key = string(v)
+		case num == 2 && typ == protowire.BytesType:
+			var e error
+			val, arr, e = decodeAnyValue(v, depth)
+			return e
+		}
+		return nil
+	})
+	return key, val, arr, err
+}
+
+// decodeAnyValue renders AnyValue as text: string 1, bool 2, int 3,
+// double 4, array 5, kvlist 6, bytes 7.
+func decodeAnyValue(b []byte, depth int) (val string, arr []string, err error) {
+	if depth > 8 {
+		return "", nil, fmt.Errorf("AnyValue nested deeper than 8: %w", ErrBadPayload)
+	}
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			val = string(v)
+		case num == 2 && typ == protowire.VarintType:
+			x, _ := protowire.ConsumeVarint(v)
+			val = strconv.FormatBool(x != 0)
+		case num == 3 && typ == protowire.VarintType:
+			x, _ := protowire.ConsumeVarint(v)
+			val = strconv.FormatInt(int64(x), 10)
+		case num == 4 && typ == protowire.Fixed64Type:
+			x, _ := protowire.ConsumeFixed64(v)
+			val = strconv.FormatFloat(math.Float64frombits(x), 'g', -1, 64)
+		case num == 5 && typ == protowire.BytesType:
+			arr = []string{}
+			e := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num != 1 || typ != protowire.BytesType {
+					return nil
+				}
+				s, _, err := decodeAnyValue(v, depth+1)
+				arr = append(arr, s)
+				return err
+			})
+			val = "[" + strings.Join(arr, ",") + "]"
+			return e
+		case num == 6 && typ == protowire.BytesType:
+			var kvs []string
+			e := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num != 1 || typ != protowire.BytesType {
+					return nil
+				}
+				k, s, _, err := decodeKeyValue(v, depth+1)
+				kvs = append(kvs, k+"="+s)
+				return err
+			})
+			val = "{" + strings.Join(kvs, ",") + "}"
+			return e
+		case num == 7 && typ == protowire.BytesType:
+			val = hex.EncodeToString(v)
+		}
+		return nil
+	})
+	return val, arr, err
+}

@@ -1,0 +1,203 @@
+/* workload.c - ground truth for trace-correlation tests.
+ *
+ *   workload TRUTH_FILE DURATION_SECONDS [THREADS=4]
+ *
+ * Each thread runs spans of 20-60 ms with random trace/span ids, burning CPU
+ * inside the span in its own noinline function busy_<n>, then 1-5 ms of CPU
+ * outside any span in gap_work. When the duration is over, every span is
+ * written to TRUTH_FILE as
+ *   tid trace_id span_id start_realtime_ns end_realtime_ns function
+ * (start is taken before the context is published, end after it is
+ * cleared, so every sample that carries a span's ids falls in its window).
+ * stdout gets "pid <pid>" at start and "done <spans>" at the end.
+ *
+ * Variants (one source): WL_EXE defines the context in the executable,
+ * WL_LIB calls libwlctx.so (TLSDESC), WL_HOOK only calls the exported
+ * spanprof_set_trace_context uprobe hook.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(WL_EXE)
+#define OTEL_THREAD_CTX_IMPLEMENTATION
+#include "otel_thread_ctx.h"
+static int ctx_enter(const uint8_t *t, const uint8_t *s) { return otel_thread_ctx_enter(t, s, 1); }
+static void ctx_leave(void) { otel_thread_ctx_leave(); }
+static int ctx_publish(const otel_process_ctx_attr *a, size_t n) { return otel_process_ctx_publish(a, n, NULL, 0); }
+#elif defined(WL_LIB)
+#include "otel_thread_ctx.h"
+int wl_enter(const uint8_t *trace_id, const uint8_t *span_id);
+void wl_leave(void);
+int wl_publish(const otel_process_ctx_attr *attrs, size_t n);
+static int ctx_enter(const uint8_t *t, const uint8_t *s) { return wl_enter(t, s); }
+static void ctx_leave(void) { wl_leave(); }
+static int ctx_publish(const otel_process_ctx_attr *a, size_t n) { return wl_publish(a, n); }
+#elif defined(WL_HOOK)
+#define OTEL_THREAD_CTX_SPANPROF_HOOK
+#include "otel_thread_ctx.h"
+static int ctx_enter(const uint8_t *t, const uint8_t *s) { spanprof_set_trace_context(t, s); return 0; }
+static void ctx_leave(void) { spanprof_set_trace_context(NULL, NULL); }
+static int ctx_publish(const otel_process_ctx_attr *a, size_t n) { (void)a; (void)n; return 0; }
+#else
+#error "define WL_EXE, WL_LIB or WL_HOOK"
+#endif
+
+#define MAX_THREADS 8
+#define MAX_SPANS 8192
+
+struct span {
+	uint8_t trace[16], span[8];
+	uint64_t start, end;
+};
+
+struct worker {
+	int idx;
+	long tid;
+	uint64_t deadline, seed;
+	int n;
+	const char *fn;
+	struct span spans[MAX_SPANS];
+};
+
+static volatile uint64_t sink;
+
+static uint64_t now_ns(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* Spins until the monotonic clock passes until. Not a leaf: it calls
+ * clock_gettime, so every compiler keeps its frame. */
+#define BUSY(name)                                                        \
+	__attribute__((noinline)) static void name(uint64_t until)       \
+	{                                                                 \
+		uint64_t x = until;                                       \
+		while (now_ns(CLOCK_MONOTONIC) < until)                   \
+			for (int i = 0; i < 2000; i++)                    \
+				x = x * 6364136223846793005ull + 1442695040888963407ull; \
+		sink = x;                                                 \
+		__asm__ volatile("" ::: "memory");                        \
+	}
+BUSY(busy_0)
+BUSY(busy_1)
+BUSY(busy_2)
+BUSY(busy_3)
+BUSY(busy_4)
+BUSY(busy_5)
+BUSY(busy_6)
+BUSY(busy_7)
+BUSY(gap_work)
+
+static void (*const busy_fns[MAX_THREADS])(uint64_t) = {busy_0, busy_1, busy_2, busy_3,
+							 busy_4, busy_5, busy_6, busy_7};
+static const char *const busy_names[MAX_THREADS] = {"busy_0", "busy_1", "busy_2", "busy_3",
+						    "busy_4", "busy_5", "busy_6", "busy_7"};
+
+static void *run(void *arg)
+{
+	struct worker *w = (struct worker *)arg;
+	w->tid = (long)syscall(SYS_gettid);
+	w->fn = busy_names[w->idx];
+	while (now_ns(CLOCK_MONOTONIC) < w->deadline && w->n < MAX_SPANS) {
+		struct span *s = &w->spans[w->n];
+		for (int i = 0; i < 16; i += 8) {
+			uint64_t r = rnd(&w->seed);
+			memcpy(s->trace + i, &r, 8);
+		}
+		uint64_t r = rnd(&w->seed);
+		memcpy(s->span, &r, 8);
+		uint64_t dur = (20 + rnd(&w->seed) % 41) * 1000000ull;
+		s->start = now_ns(CLOCK_REALTIME);
+		if (ctx_enter(s->trace, s->span) != 0) {
+			fprintf(stderr, "ctx_enter failed\n");
+			exit(1);
+		}
+		busy_fns[w->idx](now_ns(CLOCK_MONOTONIC) + dur);
+		ctx_leave();
+		s->end = now_ns(CLOCK_REALTIME);
+		w->n++;
+		gap_work(now_ns(CLOCK_MONOTONIC) + (1 + rnd(&w->seed) % 5) * 1000000ull);
+	}
+	return NULL;
+}
+
+static void hex(FILE *f, const uint8_t *b, int n)
+{
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%02x", b[i]);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s TRUTH_FILE DURATION_SECONDS [THREADS]\n", argv[0]);
+		return 2;
+	}
+	double secs = atof(argv[2]);
+	int nthreads = argc > 3 ? atoi(argv[3]) : 4;
+	if (nthreads < 1 || nthreads > MAX_THREADS) {
+		fprintf(stderr, "threads must be 1..%d\n", MAX_THREADS);
+		return 2;
+	}
+	FILE *out = fopen(argv[1], "w");
+	if (!out) {
+		perror(argv[1]);
+		return 1;
+	}
+	otel_process_ctx_attr attrs[] = {
+		{"service.name", "spanprof-workload"},
+		{"service.instance.id", "workload-1"},
+		{"deployment.environment.name", "test"},
+	};
+	if (ctx_publish(attrs, 3) != 0)
+		perror("process context");
+	printf("pid %d\n", (int)getpid());
+	fflush(stdout);
+
+	static struct worker ws[MAX_THREADS];
+	pthread_t th[MAX_THREADS];
+	uint64_t deadline = now_ns(CLOCK_MONOTONIC) + (uint64_t)(secs * 1e9);
+	for (int i = 0; i < nthreads; i++) {
+		ws[i].idx = i;
+		ws[i].deadline = deadline;
+		ws[i].seed = now_ns(CLOCK_REALTIME) ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
+		pthread_create(&th[i], NULL, run, &ws[i]);
+	}
+	int total = 0;
+	for (int i = 0; i < nthreads; i++) {
+		pthread_join(th[i], NULL);
+		for (int k = 0; k < ws[i].n; k++) {
+			struct span *s = &ws[i].spans[k];
+			fprintf(out, "%ld ", ws[i].tid);
+			hex(out, s->trace, 16);
+			fputc(' ', out);
+			hex(out, s->span, 8);
+			fprintf(out, " %llu %llu %s\n", (unsigned long long)s->start,
+				(unsigned long long)s->end, ws[i].fn);
+		}
+		total += ws[i].n;
+	}
+	if (fclose(out) != 0) {
+		perror(argv[1]);
+		return 1;
+	}
+	printf("done %d\n", total);
+	return 0;
+}
