@@ -197,3 +197,25 @@ func TestCache(t *testing.T) {
 		t.Error("Open of a missing file succeeded")
 	}
 }
+
+// TestLibc resolves exported libc functions with and without the separate
+// debug file (libc6-dbg, when installed). Among aliases at one address the
+// name with the fewest leading underscores wins (nanosleep, not
+// __nanosleep or the debug file's __GI___nanosleep).
+func TestLibc(t *testing.T) {
+	if _, err := os.Stat(libc); err != nil {
+		t.Skipf("no %s", libc)
+	}
+	truth := nmSymbolsDyn(t, libc)
+	for _, dirs := range [][]string{{}, nil} {
+		obj, err := New(nil, Options{DebugDirs: dirs}).Open(libc, libc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fn := range []string{"clock_nanosleep", "nanosleep", "malloc", "printf", "pthread_create", "read"} {
+			if s, ok := obj.Lookup(truth[fn] + 2); !ok || s.Function != fn {
+				t.Errorf("debugDirs=%v: Lookup(%s+2) = %q, %v", dirs, fn, s.Function, ok)
+			}
+		}
+	}
+}

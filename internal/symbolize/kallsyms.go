@@ -3,13 +3,14 @@ package symbolize
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
-	"strconv"
 
 	"github.com/spanprof/spanprof/internal/profile"
 )
@@ -66,38 +67,35 @@ func LoadKallsyms(path string) (*Kallsyms, error) {
 func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 	k := &Kallsyms{mappings: []*profile.Mapping{{Path: "[kernel.kallsyms]", Kernel: true}}}
 	mods := map[string]uint16{}
+	k.syms = make([]ksym, 0, 1<<17)
+	k.names = make([]byte, 0, 4<<20)
 	nonzero := false
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	sc.Buffer(make([]byte, 0, 256<<10), 1<<20) // big reads: each read of /proc/kallsyms is costly
 	for sc.Scan() {
-		line := sc.Bytes()
 		// "ffffffff81000000 T _stext" or "... t name\t[module]"
-		f := bytes.Fields(line)
-		if len(f) < 3 || len(f[1]) != 1 {
-			continue
-		}
-		addr, err := strconv.ParseUint(string(f[0]), 16, 64)
-		if err != nil {
-			return nil, fmt.Errorf("bad address in %q: %w", line, err)
+		line := sc.Bytes()
+		addr, typ, name, module, ok := splitKallsymsLine(line)
+		if !ok {
+			return nil, fmt.Errorf("bad kallsyms line %q: %w", line, errBadKallsyms)
 		}
 		nonzero = nonzero || addr != 0
 		var mod uint16
-		if len(f) >= 4 && len(f[3]) > 2 && f[3][0] == '[' {
-			name := string(f[3])
-			idx, ok := mods[name]
+		if len(module) > 0 {
+			idx, ok := mods[string(module)]
 			if !ok {
 				idx = uint16(len(k.mappings))
-				mods[name] = idx
-				k.mappings = append(k.mappings, &profile.Mapping{Path: name, Kernel: true})
+				mods[string(module)] = idx
+				k.mappings = append(k.mappings, &profile.Mapping{Path: "[" + string(module) + "]", Kernel: true})
 			}
 			mod = idx
 		}
-		switch f[1][0] {
+		switch typ {
 		case 't', 'T', 'w', 'W':
 		default:
 			mod |= ksymNotText
 		}
-		name := f[2][:min(len(f[2]), 0xffff)]
+		name = name[:min(len(name), 0xffff)]
 		k.syms = append(k.syms, ksym{addr: addr, nameOff: uint32(len(k.names)), nameLen: uint16(len(name)), mod: mod})
 		k.names = append(k.names, name...)
 	}
@@ -110,7 +108,10 @@ func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 	if !nonzero {
 		return nil, ErrKptrRestricted
 	}
-	sort.SliceStable(k.syms, func(i, j int) bool { return k.syms[i].addr < k.syms[j].addr })
+	byAddr := func(a, b ksym) int { return cmp.Compare(a.addr, b.addr) }
+	if !slices.IsSortedFunc(k.syms, byAddr) {
+		slices.SortStableFunc(k.syms, byAddr)
+	}
 	for _, s := range k.syms {
 		m := k.mappings[s.mod&^ksymNotText]
 		if m.Start == 0 || s.addr < m.Start {
@@ -119,6 +120,43 @@ func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 		m.Limit = max(m.Limit, s.addr+1)
 	}
 	return k, nil
+}
+
+// errBadKallsyms marks a line that is not "ADDR TYPE NAME [MODULE]".
+var errBadKallsyms = errors.New("malformed kallsyms")
+
+// splitKallsymsLine parses one line without allocating: kallsyms has
+// over 100k lines and is reread when modules change.
+func splitKallsymsLine(line []byte) (addr uint64, typ byte, name, module []byte, ok bool) {
+	i := 0
+	for ; i < len(line) && line[i] != ' '; i++ {
+		c := line[i]
+		switch {
+		case c >= '0' && c <= '9':
+			addr = addr<<4 | uint64(c-'0')
+		case c >= 'a' && c <= 'f':
+			addr = addr<<4 | uint64(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			addr = addr<<4 | uint64(c-'A'+10)
+		default:
+			return 0, 0, nil, nil, false
+		}
+	}
+	if i == 0 || i > 16 || i+3 >= len(line) || line[i+2] != ' ' {
+		return 0, 0, nil, nil, false
+	}
+	typ = line[i+1]
+	rest := line[i+3:]
+	if j := bytes.IndexAny(rest, "\t "); j >= 0 {
+		name, module = rest[:j], bytes.TrimSpace(rest[j:])
+		if len(module) < 3 || module[0] != '[' || module[len(module)-1] != ']' {
+			return 0, 0, nil, nil, false
+		}
+		module = module[1 : len(module)-1]
+	} else {
+		name = rest
+	}
+	return addr, typ, name, module, len(name) > 0
 }
 
 // Len reports the number of symbols.

@@ -29,8 +29,18 @@ func fixture(name string) string { return filepath.Join(fixtures, name) }
 
 // nmSymbols is the ground truth: name → address from binutils nm.
 func nmSymbols(t testing.TB, path string) map[string]uint64 {
+	return runNM(t, "--defined-only", path)
+}
+
+// nmSymbolsDyn reads the dynamic symbols (nm -D), without @VERSION.
+func nmSymbolsDyn(t testing.TB, path string) map[string]uint64 {
+	return runNM(t, "-D", "--defined-only", path)
+}
+
+func runNM(t testing.TB, args ...string) map[string]uint64 {
 	t.Helper()
-	out, err := exec.Command("nm", "--defined-only", path).Output()
+	path := args[len(args)-1]
+	out, err := exec.Command("nm", args...).Output()
 	if err != nil {
 		t.Fatalf("nm %s: %v", path, err)
 	}
@@ -45,7 +55,8 @@ func nmSymbols(t testing.TB, path string) map[string]uint64 {
 		if err != nil {
 			t.Fatalf("nm line %q: %v", sc.Text(), err)
 		}
-		syms[f[2]] = a
+		name, _, _ := strings.Cut(f[2], "@")
+		syms[name] = a
 	}
 	return syms
 }

@@ -46,7 +46,9 @@ func newSymtab(files ...*elf.File) *symtab {
 		if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
 			continue
 		}
-		syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: s.Name, rank: rankOf(s)})
+		// Debug files spell versioned symbols "name@@GLIBC_2.17".
+		name, _, _ := strings.Cut(s.Name, "@")
+		syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: name, rank: rankOf(s)})
 	}
 	sort.Slice(syms, func(i, j int) bool {
 		if syms[i].addr != syms[j].addr {
@@ -79,19 +81,18 @@ func newSymtab(files ...*elf.File) *symtab {
 	return &symtab{syms: out}
 }
 
-// rankOf prefers global over weak over local symbols, then names with
-// fewer leading underscores (nanosleep over __nanosleep over
-// __GI___nanosleep).
+// rankOf prefers names with fewer leading underscores (nanosleep over
+// __nanosleep over __GI___nanosleep), then global over weak over local.
 func rankOf(s elf.Symbol) uint8 {
-	var r uint8
+	under := len(s.Name) - len(strings.TrimLeft(s.Name, "_"))
+	r := uint8(max(0, 0x3f-under)) << 2
 	switch elf.ST_BIND(s.Info) {
 	case elf.STB_GLOBAL:
-		r = 0x80
+		r += 2
 	case elf.STB_WEAK:
-		r = 0x40
+		r++
 	}
-	under := len(s.Name) - len(strings.TrimLeft(s.Name, "_"))
-	return r + uint8(max(0, 0x3f-under))
+	return r
 }
 
 func sectionEnd(f *elf.File, addr uint64) uint64 {

@@ -1,0 +1,58 @@
+package unwind
+
+import (
+	"debug/elf"
+	"testing"
+)
+
+func TestCache(t *testing.T) {
+	c := NewCache(nil, 1)
+	a, err := c.Table("gnu:a", fixture("chain-gcc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := c.Table("gnu:a", "/nonexistent"); again != a {
+		t.Error("second lookup of a key re-read the file")
+	}
+	if _, err := c.Table("gnu:b", fixture("chain-clang")); err != nil {
+		t.Fatal(err)
+	}
+	if c.Len() != 1 {
+		t.Errorf("cache holds %d tables, bound is 1", c.Len())
+	}
+	if _, err := c.Table("gnu:a", "/nonexistent"); err == nil {
+		t.Error("evicted key was served without reading the file")
+	}
+}
+
+// TestScanMatchesHdr checks the scanned FDE index (used when there is no
+// .eh_frame_hdr) against the .eh_frame_hdr search table on libc.
+func TestScanMatchesHdr(t *testing.T) {
+	f, err := elf.Open(libc)
+	if err != nil {
+		t.Skipf("no %s: %v", libc, err)
+	}
+	defer f.Close()
+	withHdr, err := loadFrameSection(f, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withHdr.hdr == nil {
+		t.Fatal("libc's .eh_frame_hdr was not used")
+	}
+	scanned := &frameSection{data: withHdr.data, addr: withHdr.addr, cies: map[int]*cie{}}
+	if err := scanned.scan(); err != nil {
+		t.Fatal(err)
+	}
+	if len(scanned.fdes) != len(withHdr.hdr)/8 {
+		t.Errorf("scan found %d FDEs, .eh_frame_hdr lists %d", len(scanned.fdes), len(withHdr.hdr)/8)
+	}
+	for _, fde := range scanned.fdes {
+		for _, pc := range []uint64{fde.start, (fde.start + fde.end) / 2, fde.end - 1} {
+			off, ok := withHdr.find(pc)
+			if !ok || off != fde.off {
+				t.Fatalf("pc %#x: hdr finds FDE at %d (%v), scan at %d", pc, off, ok, fde.off)
+			}
+		}
+	}
+}
