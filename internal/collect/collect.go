@@ -13,6 +13,7 @@ import (
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/unwind"
 )
 
 // LeafFixer recovers the return address a frame-pointer walk lost because
@@ -33,7 +34,9 @@ type Options struct {
 	Frequency  int
 	Tracker    *proc.Tracker
 	Symbolizer *symbolize.Symbolizer
-	Leaf       LeafFixer     // nil disables leaf recovery
+	Leaf       LeafFixer     // nil: CFI-based recovery, unless NoLeafRecovery
+	// NoLeafRecovery keeps the kernel's frame-pointer stacks as they are.
+	NoLeafRecovery bool
 	Kernel     KernelSymbols // nil leaves kernel frames as addresses
 	Logger     *slog.Logger
 }
@@ -81,6 +84,9 @@ func New(opts Options) *Collector {
 	}
 	if opts.Symbolizer == nil {
 		opts.Symbolizer = symbolize.New(opts.Logger, symbolize.Options{})
+	}
+	if opts.Leaf == nil && !opts.NoLeafRecovery {
+		opts.Leaf = &CFILeafFixer{Symbolizer: opts.Symbolizer, Tables: unwind.NewCache(opts.Logger, 0)}
 	}
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
 }

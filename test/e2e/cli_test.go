@@ -41,7 +41,12 @@ func TestRecordErrors(t *testing.T) {
 
 func TestRecordNotRoot(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
+	// t.TempDir's parent is private; nobody must be able to reach the copy.
+	dir, err := os.MkdirTemp("/tmp", "spanprof-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "spanprof")
 	b, err := os.ReadFile(binPath)
