@@ -34,11 +34,11 @@ type Options struct {
 	Frequency  int
 	Tracker    *proc.Tracker
 	Symbolizer *symbolize.Symbolizer
-	Leaf       LeafFixer     // nil: CFI-based recovery, unless NoLeafRecovery
+	Leaf       LeafFixer // nil: CFI-based recovery, unless NoLeafRecovery
 	// NoLeafRecovery keeps the kernel's frame-pointer stacks as they are.
 	NoLeafRecovery bool
-	Kernel     KernelSymbols // nil leaves kernel frames as addresses
-	Logger     *slog.Logger
+	Kernel         KernelSymbols // nil leaves kernel frames as addresses
+	Logger         *slog.Logger
 }
 
 // raw is a sample kept until the profile is built; only addresses, so
