@@ -107,15 +107,26 @@ func hasFlag(text, flag string) bool {
 	return re.MatchString(text)
 }
 
-var flagCache = map[string]*regexp.Regexp{}
+// flagREs holds the token patterns of the flags the rules look for,
+// compiled once; the map is read-only after init, so checks may run
+// concurrently.
+var flagREs = func() map[string]*regexp.Regexp {
+	m := map[string]*regexp.Regexp{}
+	for _, f := range []string{flagFP, flagLeafFP, "-s", "-Wl,-s", "-Wl,--strip-all"} {
+		m[f] = compileFlag(f)
+	}
+	return m
+}()
+
+func compileFlag(flag string) *regexp.Regexp {
+	return regexp.MustCompile(`(^|[\s"'=,(\[{])` + regexp.QuoteMeta(flag) + `($|[\s"',)\]}])`)
+}
 
 func flagRE(flag string) *regexp.Regexp {
-	if re, ok := flagCache[flag]; ok {
+	if re, ok := flagREs[flag]; ok {
 		return re
 	}
-	re := regexp.MustCompile(`(^|[\s"'=,(\[{])` + regexp.QuoteMeta(flag) + `($|[\s"',)\]}])`)
-	flagCache[flag] = re
-	return re
+	return compileFlag(flag)
 }
 
 const (

@@ -102,6 +102,9 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 				continue
 			}
 			builds = true
+			if firstSite == 0 {
+				firstSite = l.n
+			}
 			if miss := missingFP(expand(strings.Trim(m[2], `"'`), vars)); len(miss) > 0 {
 				report(l.n, m[1]+" here", miss)
 			}
@@ -127,7 +130,7 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 		} else if v, ok := vars["CFLAGS"]; ok && (line == 0 || v.line < line) {
 			line = v.line
 		}
-		out = append(out, newFinding("ldflags-no-build-id", target, target, line,
+		out = append(out, newFinding("ldflags-no-build-id", target, target, firstNonZero(line),
 			"no --build-id in the link flags: Debian and Fedora compilers add one by default, others do not; ask for -Wl,--build-id=sha1"))
 	}
 	return out

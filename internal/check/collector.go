@@ -59,12 +59,13 @@ func checkCollector(target string, data []byte) ([]Finding, error) {
 
 // mapValue returns the value of key in a mapping node, or nil.
 func mapValue(n *yaml.Node, key string) *yaml.Node {
+	n = deref(n)
 	if n == nil || n.Kind != yaml.MappingNode {
 		return nil
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if n.Content[i].Value == key {
-			return n.Content[i+1]
+			return deref(n.Content[i+1])
 		}
 	}
 	return nil
@@ -72,13 +73,23 @@ func mapValue(n *yaml.Node, key string) *yaml.Node {
 
 // hasOTLP reports whether a receivers list names otlp or otlp/NAME.
 func hasOTLP(list *yaml.Node) bool {
+	list = deref(list)
 	if list == nil || list.Kind != yaml.SequenceNode {
 		return false
 	}
 	for _, r := range list.Content {
+		r = deref(r)
 		if r.Value == "otlp" || strings.HasPrefix(r.Value, "otlp/") {
 			return true
 		}
 	}
 	return false
+}
+
+// deref follows YAML aliases (receivers: *common) a few levels.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 8; i++ {
+		n = n.Alias
+	}
+	return n
 }

@@ -46,7 +46,7 @@ var toolchainNames = map[string]bool{
 	"__do_global_dtors_aux": true, "__do_global_ctors_aux": true,
 	"__libc_csu_init": true, "__libc_csu_fini": true, "__libc_csu_irel": true,
 	"_dl_relocate_static_pie": true, "__gmon_start__": true,
-	"__stack_chk_fail_local": true, "atexit": true, "_dl_start": true,
+	"__stack_chk_fail_local": true, "atexit": true,
 	"crosscall2": true, "crosscall1_amd64": true, "crosscall_amd64": true,
 	"call_once": true, "pthread_key_destructor": true,
 }

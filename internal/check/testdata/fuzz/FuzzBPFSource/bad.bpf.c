@@ -1,0 +1,2 @@
+go test fuzz v1
+string("// Lint fixture: every eBPF rule fires once.\x0a#include \x22vmlinux.h\x22\x0a\x0astruct event {\x0a\x09__u32 pid;\x0a\x09__u64 ts;\x0a\x09__u64 ustack[127];\x0a};\x0a\x0aSEC(\x22tp_btf/sched_switch\x22)\x0aint on_switch(u64 *ctx)\x0a{\x0a\x09struct event e = {};\x0a\x09e.ts = bpf_ktime_get_ns();\x0a\x09if (e.pid)\x0a\x09\x09bpf_printk(\x22switch %d\x22, e.pid);\x0a\x09return 0;\x0a}\x0a")

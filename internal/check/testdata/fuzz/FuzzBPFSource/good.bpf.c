@@ -1,0 +1,2 @@
+go test fuzz v1
+string("// Lint fixture: record with trace context, no printk in the hot path.\x0a#include \x22vmlinux.h\x22\x0a#include \x22record.h\x22\x0a\x0aSEC(\x22perf_event\x22)\x0aint on_cpu(void *ctx)\x0a{\x0a\x09struct sample s = {};\x0a\x09s.ktime_ns = bpf_ktime_get_ns();\x0a\x09// bpf_printk(\x22not code, a comment\x22);\x0a\x09return 0;\x0a}\x0a\x0aSEC(\x22uprobe//bin/true:main\x22)\x0aint debug_probe(void *ctx)\x0a{\x0a\x09bpf_printk(\x22slow path is fine\x22);\x0a\x09return 0;\x0a}\x0a")

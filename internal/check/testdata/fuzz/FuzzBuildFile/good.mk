@@ -1,0 +1,2 @@
+go test fuzz v1
+string("# Frame pointers through a composed variable, build ID, a BPF compile that\x0a# needs no frame pointers, and a Go build.\x0aFP_FLAGS := -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\x0aCFLAGS ?= -O2 -g $(FP_FLAGS)\x0aCXXFLAGS = -O2 $(FP_FLAGS)\x0aLDFLAGS += -Wl,--build-id=sha1\x0a\x0aprog: prog.c\x0a\x09$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<\x0a\x0aprobe.bpf.o: probe.bpf.c\x0a\x09clang-19 -O2 -g -target bpf -c $< -o $@\x0a\x0aspanprof:\x0a\x09go build -trimpath ./cmd/spanprof\x0a")
