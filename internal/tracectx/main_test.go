@@ -21,7 +21,7 @@ var fixturesMissing string
 // TestMain builds the C fixtures once: `go test ./...` works on a clean
 // checkout with gcc and clang-19 installed.
 func TestMain(m *testing.M) {
-	for _, tool := range []string{"make", "gcc", "clang-19"} {
+	for _, tool := range []string{"make", "gcc", "g++", "clang-19", "clang++-19"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			fixturesMissing = tool + " not installed"
 		}
