@@ -298,3 +298,23 @@ func TestCgoBinary(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckLibc times a whole check of a ~2 MB shared library, the
+// size the acceptance figure is quoted for. With libc6-dbg installed the
+// symbols come from the build-ID debug file (all ~3600 functions).
+func BenchmarkCheckLibc(b *testing.B) {
+	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	if _, err := os.Stat(libc); err != nil {
+		b.Skip("no", libc)
+	}
+	for _, tc := range []struct{ name, debugRoot string }{{"dynsym", b.TempDir()}, {"debugfile", ""}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				c := &Checker{DebugRoot: tc.debugRoot}
+				if _, err := c.Run([]string{libc}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
