@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spanprof/spanprof/internal/export/flamegraph"
 	"github.com/spanprof/spanprof/internal/export/folded"
 	"github.com/spanprof/spanprof/internal/export/otlp"
 	"github.com/spanprof/spanprof/internal/export/pprof"
@@ -26,10 +27,6 @@ const (
 	FormatHTML      = "html"
 )
 
-// ErrHTMLNotBuilt is returned for `.html` outputs until the flame graph
-// page exists; FormatFor returns it too so the CLI fails before recording.
-var ErrHTMLNotBuilt = errors.New("html output is not built yet")
-
 // ErrUnknownFormat wraps every "unsupported output file name" error.
 var ErrUnknownFormat = errors.New("unsupported output format")
 
@@ -43,7 +40,7 @@ var formats = []struct {
 	{".otlp.pb", FormatOTLPProto, otlp.WriteProto},
 	{".pb.gz", FormatPprof, pprof.Write},
 	{".folded", FormatFolded, folded.Write},
-	{".html", FormatHTML, nil},
+	{".html", FormatHTML, flamegraph.Write},
 }
 
 // Suffixes lists the supported output file suffixes, for help texts.
@@ -62,9 +59,6 @@ func FormatFor(path string) (string, error) {
 	i, err := lookup(path)
 	if err != nil {
 		return "", err
-	}
-	if formats[i].write == nil {
-		return formats[i].format, fmt.Errorf("output %q: %w", path, ErrHTMLNotBuilt)
 	}
 	return formats[i].format, nil
 }

@@ -24,7 +24,7 @@ func TestFormatFor(t *testing.T) {
 		{"/tmp/x/OUT.OTLP.PB", FormatOTLPProto, nil},
 		{"cpu.pb.gz", FormatPprof, nil},
 		{"a.b.folded", FormatFolded, nil},
-		{"page.html", FormatHTML, ErrHTMLNotBuilt},
+		{"page.html", FormatHTML, nil},
 		{"out.json", "", ErrUnknownFormat},
 		{"out.pb", "", ErrUnknownFormat},
 		{".folded", "", ErrUnknownFormat},
@@ -69,6 +69,11 @@ func TestWriteFile(t *testing.T) {
 				t.Errorf("parse: %v", err)
 			}
 		}},
+		{"p.html", func(t *testing.T, data []byte) {
+			if !bytes.HasPrefix(data, []byte("<!DOCTYPE html>")) || !bytes.Contains(data, []byte(`id="spanprof-data"`)) {
+				t.Errorf("not a viewer page: %.200s", data)
+			}
+		}},
 		{"p.folded", func(t *testing.T, data []byte) {
 			if !bytes.HasPrefix(data, []byte("server;[off-cpu];main.main;")) {
 				t.Errorf("unexpected folded output:\n%s", data)
@@ -102,7 +107,6 @@ func TestWriteFileFailures(t *testing.T) {
 		path    string
 		wantErr string
 	}{
-		{"html", filepath.Join(dir, "p.html"), "html output is not built yet"},
 		{"unknown", filepath.Join(dir, "p.txt"), "unsupported output format"},
 		{"missing directory", filepath.Join(dir, "nope", "p.folded"), "create output"},
 	}
