@@ -38,6 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "record":
 		return runRecord(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check.Main(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -22,6 +22,11 @@ var assets embed.FS
 // what earlier ones define.
 var scriptOrder = []string{"data.js", "flame.js", "timeline.js", "app.js"}
 
+// ContentSecurityPolicy allows the page its inline script and style and
+// nothing else: no fetch, no image, no font from anywhere. The page
+// carries it in a <meta> element and servers send it as a header.
+const ContentSecurityPolicy = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+
 // Page describes what surrounds the data in one viewer page.
 type Page struct {
 	// Title is shown in the browser tab and the header.
@@ -60,6 +65,7 @@ func WritePage(w io.Writer, data []byte, pg Page) error {
 	b.Grow(len(data) + len(js) + len(css) + 4096)
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
 	b.WriteString("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
+	fmt.Fprintf(&b, "<meta http-equiv=\"Content-Security-Policy\" content=\"%s\">\n", ContentSecurityPolicy)
 	fmt.Fprintf(&b, "<title>%s</title>\n<style>\n%s</style>\n</head>\n<body>\n", html.EscapeString(pg.Title), css)
 	fmt.Fprintf(&b, body, html.EscapeString(pg.Title))
 	b.WriteString("<script type=\"application/json\" id=\"spanprof-meta\">")

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/spanprof/spanprof/internal/web"
+)
+
+// runServe implements `spanprof serve [--listen ADDR] FILE...`: it loads
+// every file first, so a bad one fails before anything listens.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("spanprof serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:7070", "address to serve the UI on (loopback by default: the UI has no authentication)")
+	verbose := fs.Bool("v", false, "verbose logs on stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: spanprof serve [--listen 127.0.0.1:7070] FILE...\n\nFILE is a .otlp.json, .otlp.pb or .pb.gz profile (spanprof record --output).")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 1
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := serve(ctx, *listen, fs.Args(), stdout, log); err != nil {
+		fmt.Fprintf(stderr, "spanprof serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, addr string, files []string, stdout io.Writer, log *slog.Logger) error {
+	if len(files) == 0 {
+		return errors.New("no profile files given: spanprof serve FILE... (.otlp.json, .otlp.pb, .pb.gz)")
+	}
+	sources := make([]web.Source, 0, len(files))
+	for _, f := range files {
+		src, err := web.FileSource(f)
+		if err != nil {
+			return err
+		}
+		sources = append(sources, src)
+	}
+	h, err := web.NewHandler(log, sources...)
+	if err != nil {
+		return err
+	}
+	ln, err := web.Listen(addr)
+	if err != nil {
+		return err
+	}
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			log.Warn("serving beyond loopback: anyone who reaches this address can read the profiles", "listen", addr)
+		}
+	}
+	fmt.Fprintf(stdout, "spanprof: serving %d profile(s) on http://%s/ (Ctrl-C to stop)\n", len(files), ln.Addr())
+	return web.Serve(ctx, ln, h)
+}
