@@ -166,9 +166,9 @@ func TestWorkloadCorrelation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel() // each subtest mostly waits for its workload
 			const threads = 3
-			w := startWorkload(t, fixture(t, tt.bin), threads, 4)
+			// Runs until SIGTERM; 60 s is only a safety net.
+			w := startWorkload(t, fixture(t, tt.bin), threads, 60)
 			info, err := Scan(w.pid)
 			if err != nil {
 				t.Fatal(err)
@@ -186,11 +186,18 @@ func TestWorkloadCorrelation(t *testing.T) {
 			mem := openMem(t, w.pid)
 			runtime.LockOSThread() // ptrace requests come from the attaching thread
 			var samples []threadSample
+			// Enough stops to see spans and gaps; a loaded machine makes
+			// each stop slow, so count samples rather than time.
+			start := time.Now()
 		sampling:
-			for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+			for len(samples) < 60 || time.Since(start) < time.Second {
+				if time.Since(start) > 30*time.Second {
+					break
+				}
 				for _, tid := range tids {
 					s, err := sampleThread(mem, tid, info.ThreadContext)
 					if errors.Is(err, unix.ESRCH) {
+						t.Logf("stop sampling: %v", err)
 						break sampling // the workload ended early: the machine is slow
 					}
 					if err != nil {
@@ -199,9 +206,12 @@ func TestWorkloadCorrelation(t *testing.T) {
 					}
 					samples = append(samples, s)
 				}
-				time.Sleep(7 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // let the threads run between stops
 			}
 			runtime.UnlockOSThread()
+			if err := w.cmd.Process.Signal(unix.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
 			truth := w.wait(t)
 			checkSamples(t, samples, truth, tids)
 		})
@@ -226,8 +236,16 @@ func checkSamples(t *testing.T, samples []threadSample, truth []truthSpan, tids 
 		fns[s.tid] = s.function
 	}
 	inSpan := 0
+	const margin = int64(100 * time.Microsecond)
 	for _, s := range samples {
 		if !s.ok {
+			// Stopped well inside a span's window: the context was missed.
+			for _, ts := range truth {
+				if ts.tid == s.tid && ts.start+margin < s.before && s.after < ts.end-margin {
+					t.Errorf("tid %d stopped in [%d,%d] inside span %s [%d,%d] but read no context",
+						s.tid, s.before, s.after, ts.span, ts.start, ts.end)
+				}
+			}
 			continue
 		}
 		inSpan++
@@ -243,9 +261,11 @@ func checkSamples(t *testing.T, samples []threadSample, truth []truthSpan, tids 
 				s.tid, s.before, s.after, trace, span, ts.tid, ts.start, ts.end, ts.trace)
 		}
 	}
-	// Spans take 20-60 ms, gaps 1-5 ms: most stops land inside a span.
-	if len(samples) < 30 || inSpan*10 < len(samples)*7 {
-		t.Errorf("%d of %d samples in a span, want >= 70%%", inSpan, len(samples))
+	// Spans take 20-60 ms, gaps 1-5 ms, so most stops land in a span; but a
+	// stop on a loaded machine outlasts the span's deadline and the thread
+	// resumes into a gap, so only demand that spans were seen at all.
+	if len(samples) < 10 || inSpan*10 < len(samples)*3 {
+		t.Errorf("%d of %d samples in a span, want >= 30%%", inSpan, len(samples))
 	}
 	t.Logf("%d samples, %d in a span, %d spans", len(samples), inSpan, len(truth))
 }

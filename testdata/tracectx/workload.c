@@ -9,7 +9,9 @@
  *   tid trace_id span_id start_realtime_ns end_realtime_ns function
  * (start is taken before the context is published, end after it is
  * cleared, so every sample that carries a span's ids falls in its window).
- * stdout gets "pid <pid>" at start and "done <spans>" at the end.
+ * stdout gets "pid <pid>" at start and "done <spans>" at the end. SIGTERM or
+ * SIGINT ends the run early (after the current span) and still writes the
+ * truth.
  *
  * Variants (one source): WL_EXE defines the context in the executable,
  * WL_LIB calls libwlctx.so (TLSDESC), WL_HOOK only calls the exported
@@ -17,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +70,13 @@ struct worker {
 };
 
 static volatile uint64_t sink;
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
 
 static uint64_t now_ns(clockid_t c)
 {
@@ -115,7 +125,7 @@ static void *run(void *arg)
 	struct worker *w = (struct worker *)arg;
 	w->tid = (long)syscall(SYS_gettid);
 	w->fn = busy_names[w->idx];
-	while (now_ns(CLOCK_MONOTONIC) < w->deadline && w->n < MAX_SPANS) {
+	while (!stop && now_ns(CLOCK_MONOTONIC) < w->deadline && w->n < MAX_SPANS) {
 		struct span *s = &w->spans[w->n];
 		for (int i = 0; i < 16; i += 8) {
 			uint64_t r = rnd(&w->seed);
@@ -168,6 +178,11 @@ int main(int argc, char **argv)
 	};
 	if (ctx_publish(attrs, 3) != 0)
 		perror("process context");
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
 	printf("pid %d\n", (int)getpid());
 	fflush(stdout);
 
