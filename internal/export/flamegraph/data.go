@@ -54,7 +54,7 @@ type Data struct {
 // Columns holds one entry per event in each slice.
 type Columns struct {
 	// Kind is 0 for on-CPU and 1 for off-CPU.
-	Kind   []uint8 `json:"kind"`
+	Kind   []int8  `json:"kind"`
 	Thread []int32 `json:"thread"`
 	Stack  []int32 `json:"stack"`
 	Link   []int32 `json:"link"`
@@ -90,7 +90,7 @@ func NewData(p *profile.Profile) *Data {
 		stacks[i] = b.stack(agg, st)
 	}
 	type event struct {
-		kind                  uint8
+		kind                  int8
 		thread, stack, link   int32
 		time, value, sequence int64
 	}
@@ -104,7 +104,7 @@ func NewData(p *profile.Profile) *Data {
 			if ns != 0 {
 				t = (int64(ns) - t0.UnixNano()) / int64(time.Microsecond)
 			}
-			events = append(events, event{uint8(g.Kind), th, stacks[g.Stack], link, t, g.Values[j], int64(len(events))})
+			events = append(events, event{int8(g.Kind), th, stacks[g.Stack], link, t, g.Values[j], int64(len(events))})
 		}
 	}
 	slices.SortFunc(events, func(a, b event) int {

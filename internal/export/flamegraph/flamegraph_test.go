@@ -37,7 +37,7 @@ func TestNewData(t *testing.T) {
 	tests := []struct {
 		name  string
 		i     int
-		kind  uint8
+		kind  int8
 		time  int64
 		value int64
 		link  string
@@ -118,6 +118,11 @@ func TestWritePage(t *testing.T) {
 	}
 	start := strings.Index(page, `id="spanprof-data">`) + len(`id="spanprof-data">`)
 	end := strings.Index(page[start:], "</script>")
+	// Columns must be JSON arrays: encoding/json would write a []uint8 as
+	// a base64 string, which the viewer cannot read.
+	if !strings.Contains(page[start:start+end], `"kind":[0,0,`) {
+		t.Errorf("kind column is not a JSON array of numbers")
+	}
 	var d Data
 	if err := json.Unmarshal([]byte(page[start:start+end]), &d); err != nil {
 		t.Fatalf("embedded data: %v", err)

@@ -131,7 +131,7 @@ const body = `<header>
 </section>
 <section class="panel">
   <h2>Spans <small id="span-info"></small></h2>
-  <table id="spans"><thead><tr><th>trace_id</th><th>span_id</th><th>threads</th><th>first sample</th><th>last sample</th><th>on-CPU samples</th><th>off-CPU</th></tr></thead><tbody></tbody></table>
+  <div id="spans-wrap"><table id="spans"><thead><tr><th>trace_id</th><th>span_id</th><th>threads</th><th>first sample</th><th>last sample</th><th>on-CPU samples</th><th>off-CPU</th></tr></thead><tbody></tbody></table></div>
 </section>
 <div id="tip" hidden></div>
 <footer id="perf"></footer>

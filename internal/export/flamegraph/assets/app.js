@@ -106,6 +106,11 @@
     });
   }
 
+  function threadList(set) {
+    const tids = [...new Set([...set].map((t) => model.threads[t].tid))].sort((a, b) => a - b);
+    return tids.slice(0, 4).join(' ') + (tids.length > 4 ? ' +' + (tids.length - 4) : '');
+  }
+
   function spanTable() {
     const body = $('spans').tBodies[0];
     body.textContent = '';
@@ -114,7 +119,7 @@
       const tr = body.insertRow();
       tr.dataset.link = s.link;
       const dot = '<span class="dot" style="background:' + SP.css(SP.spanRGB(s.link)) + '"></span>';
-      const cells = [s.trace, s.span, [...s.threads].map((t) => model.threads[t].tid).join(' '),
+      const cells = [s.trace, s.span, threadList(s.threads),
         s.first === Infinity ? '' : model.formatTime(s.first), s.last === -Infinity ? '' : model.formatTime(s.last),
         s.on.toLocaleString('en-US'), s.offNs ? SP.formatNanos(s.offNs) : ''];
       cells.forEach((v, i) => {
@@ -158,7 +163,12 @@
     }
     for (const tr of $('spans').tBodies[0].rows) {
       const l = model.links[Number(tr.dataset.link)];
-      tr.classList.toggle('active', !!state.span && l.span.startsWith(state.span) && l.trace.startsWith(state.trace));
+      const active = !!state.span && l.span.startsWith(state.span) && l.trace.startsWith(state.trace);
+      if (active && !tr.classList.contains('active')) {
+        const wrap = $('spans-wrap');
+        wrap.scrollTop = tr.offsetTop - wrap.clientHeight / 2;
+      }
+      tr.classList.toggle('active', active);
     }
   }
 
