@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/export/exporttest"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/web"
@@ -328,6 +330,26 @@ func TestLargeProfile(t *testing.T) {
 	p.do(`spanprof.state.kind = 0; spanprof.state.span = ''; spanprof.update()`)
 	if path := os.Getenv("SPANPROF_SCREENSHOT"); path != "" {
 		screenshot(t, p, path)
+	}
+	p.checkNoErrors()
+}
+
+// TestStandalonePage opens the `.html` output from disk: the page must
+// work with no server at all.
+func TestStandalonePage(t *testing.T) {
+	p := newPage(t, static("unused", exporttest.Small()))
+	path := filepath.Join(t.TempDir(), "profile.html")
+	if err := export.WriteFile(path, exporttest.Small()); err != nil {
+		t.Fatal(err)
+	}
+	p.base = "file://"
+	p.open(path + "?span_id=" + spanB)
+	want := []string{"all", "do_syscall_64", "main.handle", "main.main", "server (100)"}
+	if got := p.frames(); !slices.Equal(got, want) {
+		t.Errorf("frames = %q, want %q", got, want)
+	}
+	if got := eval[string](p, `document.getElementById('timeline').dataset.spans`); got != "2" {
+		t.Errorf("timeline shows %s spans, want 2", got)
 	}
 	p.checkNoErrors()
 }
