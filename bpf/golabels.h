@@ -107,15 +107,15 @@ static __always_inline int read_go_labels(struct stack_sample *s, struct task_st
 	fsbase = BPF_CORE_READ(task, thread.fsbase);
 	if (!fsbase)
 		return 0;
-	if (bpf_probe_read_user(&g, sizeof(g), (void *)(fsbase + cfg->go_g_tls_offset)) || !g)
+	if (bpf_probe_read_user(&g, sizeof(g), (void *)(fsbase + cfg->go_tls_g)) || !g)
 		return 0; /* not a Go thread (yet), or a foreign thread */
-	if (bpf_probe_read_user(&m, sizeof(m), (void *)(g + cfg->go_g_m)) || !m)
+	if (bpf_probe_read_user(&m, sizeof(m), (void *)(g + cfg->go_off_m)) || !m)
 		goto fault;
-	if (bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + cfg->go_m_curg)))
+	if (bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + cfg->go_off_curg)))
 		goto fault;
 	if (!curg)
 		return 0; /* the thread runs no goroutine: scheduler or idle */
-	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + cfg->go_g_labels)))
+	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + cfg->go_off_labels)))
 		goto fault;
 	if (!labels)
 		return 0;

@@ -85,6 +85,16 @@ static __always_inline int wanted(__u32 tgid)
 
 #include "golabels.h"
 
+/* A W3C trace id of all zeros is invalid: never link a sample to it. */
+static __always_inline int is_zero_trace(const __u8 *id)
+{
+	__u64 a, b;
+
+	__builtin_memcpy(&a, id, 8);
+	__builtin_memcpy(&b, id + 8, 8);
+	return (a | b) == 0;
+}
+
 /* read_thread_ctx follows OTEP 4947: the TLS pointer otel_thread_ctx_v1
  * points to a record, or is NULL outside a span. Returns 1 when s got ids. */
 static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_struct *task,
@@ -101,8 +111,16 @@ static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_s
 	} else {
 		__u64 dtv = 0, block = 0;
 
+		__u64 slots = 0;
+
 		if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(fsbase + 8)) || !dtv)
 			goto fault;
+		/* dtv[-1] counts the slots; a thread whose DTV predates the
+		 * module's dlopen has no slot for it yet. */
+		if (bpf_probe_read_user(&slots, sizeof(slots), (void *)(dtv - 16)))
+			goto fault;
+		if (cfg->tls_module > slots)
+			return 0;
 		if (bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + 16 * cfg->tls_module)))
 			goto fault;
 		if (!block || block == ~0ULL)
@@ -115,7 +133,7 @@ static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_s
 		return 0;
 	if (bpf_probe_read_user(&hdr, sizeof(hdr), (void *)ptr))
 		goto fault;
-	if (hdr.valid != 1) {
+	if (hdr.valid != 1 || is_zero_trace(hdr.trace_id)) {
 		count(CNT_CTX_INVALID);
 		return 0;
 	}

@@ -70,12 +70,12 @@ struct proc_config {
 	__u32 pad1;
 	__s64 tls_offset;
 	__u64 tls_module;
-	/* Go runtime: g at fsbase + go_g_tls_offset, then g.m, m.curg,
+	/* Go runtime: g at fsbase + go_tls_g, then g.m, m.curg,
 	 * curg.labels. */
-	__s64 go_g_tls_offset;
-	__u32 go_g_m;
-	__u32 go_m_curg;
-	__u32 go_g_labels;
+	__s64 go_tls_g;
+	__u32 go_off_m;
+	__u32 go_off_curg;
+	__u32 go_off_labels;
 	__u32 pad2;
 };
 

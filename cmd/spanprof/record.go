@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/collect"
+	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
@@ -113,7 +114,21 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	defer s.Close()
-	c := newCollector(f.frequency, log)
+	watch := correlate.New(s, nil, log)
+	c := newCollector(f.frequency, log, watch)
+	// Targets named on the command line are inspected before the first
+	// sample, so their first samples already carry span ids.
+	for _, pid := range f.pids {
+		if err := watch.Scan(uint32(pid)); err != nil {
+			log.Warn("inspect process for trace context", "pid", pid, "error", err)
+		}
+	}
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go watch.Run(stopWatch)
+	if err := s.Start(); err != nil {
+		return err
+	}
 	go s.Run()
 
 	target := "all processes"
@@ -131,8 +146,15 @@ loop:
 	for {
 		select {
 		case r := <-records:
+			watch.Seen(r.PID, 2*time.Second)
 			c.Add(r)
 		case e := <-procs:
+			if e.Exit {
+				watch.Exit(e.PID)
+			} else {
+				watch.Exec(e.PID)
+				watch.Seen(e.PID, 0)
+			}
 			c.ProcEvent(e)
 		case <-timer.C:
 			break loop
@@ -181,8 +203,12 @@ drainLoop:
 	return nil
 }
 
-func newCollector(freq int, log *slog.Logger) *collect.Collector {
+func newCollector(freq int, log *slog.Logger, watch *correlate.Watcher) *collect.Collector {
 	opts := collect.Options{Frequency: freq, Logger: log}
+	opts.Resource = func(pid uint32) (string, map[string]string) {
+		info, _ := watch.Info(pid)
+		return info.ServiceName, info.Resource
+	}
 	if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
 		log.Warn("kernel frames stay unsymbolized", "error", err)
 	} else {

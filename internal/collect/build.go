@@ -52,6 +52,17 @@ func (b *builder) process(pid uint32) *profile.Process {
 	if p.PodUID != "" {
 		out.Attributes["k8s.pod.uid"] = p.PodUID
 	}
+	if b.opts.Resource != nil {
+		service, attrs := b.opts.Resource(pid)
+		for k, v := range attrs {
+			if k != "service.name" {
+				out.Attributes[k] = v
+			}
+		}
+		if service != "" {
+			out.ServiceName = service
+		}
+	}
 	return out
 }
 

@@ -38,7 +38,11 @@ type Options struct {
 	// NoLeafRecovery keeps the kernel's frame-pointer stacks as they are.
 	NoLeafRecovery bool
 	Kernel         KernelSymbols // nil leaves kernel frames as addresses
-	Logger         *slog.Logger
+	// Resource returns the service name and resource attributes a process
+	// published (process context); empty results fall back to
+	// OTEL_SERVICE_NAME from the process environment.
+	Resource func(pid uint32) (service string, attrs map[string]string)
+	Logger   *slog.Logger
 }
 
 // raw is a sample kept until the profile is built; only addresses, so

@@ -49,10 +49,12 @@ type Sampler struct {
 	links  []link.Link
 	perf   []int
 	reader *ringbuf.Reader
+	freq   int
 
 	records chan *Record
 	procs   chan ProcEvent
 
+	mu          sync.Mutex // guards links after start
 	queueDrops  atomic.Uint64
 	decodeDrops atomic.Uint64
 	closeOnce   sync.Once
@@ -125,10 +127,11 @@ func New(opts Options) (*Sampler, error) {
 			return nil, fmt.Errorf("add pid %d to filter: %w", pid, err)
 		}
 	}
-	if err := s.attach(opts.Frequency); err != nil {
+	if err := s.attachTracepoints(); err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.freq = opts.Frequency
 	s.reader, err = ringbuf.NewReader(s.objs.Samples)
 	if err != nil {
 		s.Close()
@@ -137,7 +140,7 @@ func New(opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-func (s *Sampler) attach(freq int) error {
+func (s *Sampler) attachTracepoints() error {
 	exec, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnExec})
 	if err != nil {
 		return fmt.Errorf("attach tp_btf/sched_process_exec: %w", err)
@@ -148,7 +151,14 @@ func (s *Sampler) attach(freq int) error {
 		return fmt.Errorf("attach tp_btf/sched_process_exit: %w", err)
 	}
 	s.links = append(s.links, exit)
+	return nil
+}
 
+// Start attaches the on-CPU program to the CPU clock of every online CPU.
+// New leaves it detached so that per-process configuration can be written
+// before the first sample.
+func (s *Sampler) Start() error {
+	freq := s.freq
 	cpus, err := OnlineCPUs()
 	if err != nil {
 		return err
@@ -168,7 +178,9 @@ func (s *Sampler) attach(freq int) error {
 		s.perf = append(s.perf, fd)
 		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: s.objs.SampleOnCpu, Attach: ebpf.AttachPerfEvent})
 		if err == nil {
+			s.mu.Lock()
 			s.links = append(s.links, l)
+			s.mu.Unlock()
 			continue
 		}
 		// Kernels without perf-event bpf_link: attach by ioctl.
@@ -254,10 +266,12 @@ func (s *Sampler) Stop() {
 	for _, fd := range s.perf {
 		_ = unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	}
+	s.mu.Lock()
 	for _, l := range s.links {
 		_ = l.Close()
 	}
 	s.links = nil
+	s.mu.Unlock()
 	if s.reader != nil {
 		// Flush wakes the reader so it returns what is left, then Close
 		// ends Run.
@@ -278,5 +292,36 @@ func (s *Sampler) Close() error {
 		s.perf = nil
 		_ = s.objs.Close()
 	})
+	return nil
+}
+
+// SetProcConfig tells the programs where pid keeps its trace context.
+func (s *Sampler) SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error {
+	return s.objs.ProcConfigs.Put(pid, cfg)
+}
+
+// DeleteProcConfig forgets pid's configuration.
+func (s *Sampler) DeleteProcConfig(pid uint32) error {
+	err := s.objs.ProcConfigs.Delete(pid)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+// AttachHook attaches the trace-context writer to the function at file
+// offset off of the ELF file at path, for every process mapping it.
+func (s *Sampler) AttachHook(path string, off uint64) error {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	l, err := ex.Uprobe("spanprof_set_trace_context", s.objs.SetTraceContext, &link.UprobeOptions{Address: off})
+	if err != nil {
+		return fmt.Errorf("attach uprobe to %s: %w", path, err)
+	}
+	s.mu.Lock()
+	s.links = append(s.links, l)
+	s.mu.Unlock()
 	return nil
 }

@@ -29,6 +29,9 @@ func TestSamplesBusyChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
 	go s.Run()
 	deadline := time.After(time.Second)
 	var n, withUser, withTop int

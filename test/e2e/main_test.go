@@ -38,9 +38,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build spanprof: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", "fixtures")).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build fixtures: %v\n%s", err, out)
-		os.Exit(1)
+	for _, d := range []string{"fixtures", "tracectx"} {
+		if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", d)).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s fixtures: %v\n%s", d, err, out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -57,7 +59,14 @@ func requireRoot(t *testing.T) {
 // startFixture runs a fixture and waits for its "ready PID" line.
 func startFixture(t *testing.T, name string, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(fixtures, name), args...)
+	return startProgram(t, filepath.Join(fixtures, name), args...)
+}
+
+// startProgram runs a program that announces itself with "ready PID" or
+// "pid PID" on its first line of stdout, and waits for that line.
+func startProgram(t *testing.T, path string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(path, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +79,7 @@ func startFixture(t *testing.T, name string, args ...string) *exec.Cmd {
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(out).ReadString('\n')
-		if err == nil && !strings.HasPrefix(line, "ready ") {
+		if err == nil && !strings.HasPrefix(line, "ready ") && !strings.HasPrefix(line, "pid ") {
 			err = fmt.Errorf("unexpected first line %q", line)
 		}
 		ready <- err

@@ -94,11 +94,13 @@ static uint64_t rnd(uint64_t *s)
 }
 
 /* Spins until the monotonic clock passes until. Not a leaf: it calls
- * clock_gettime, so every compiler keeps its frame. */
+ * clock_gettime, so every compiler keeps its frame. Each copy mixes in its
+ * own name so that identical-code folding (gcc -fipa-icf) cannot merge
+ * them into one symbol. */
 #define BUSY(name)                                                        \
 	__attribute__((noinline)) static void name(uint64_t until)       \
 	{                                                                 \
-		uint64_t x = until;                                       \
+		uint64_t x = until ^ (uintptr_t)#name;                    \
 		while (now_ns(CLOCK_MONOTONIC) < until)                   \
 			for (int i = 0; i < 2000; i++)                    \
 				x = x * 6364136223846793005ull + 1442695040888963407ull; \

@@ -1,0 +1,236 @@
+// Package correlate tells the eBPF sampler, per process, where that
+// process publishes the trace context of the running thread or goroutine:
+// it scans processes (internal/tracectx), writes a proc_config entry for
+// the sampler, attaches the uprobe writer to binaries that export
+// spanprof_set_trace_context, and keeps the resource attributes the
+// process context names.
+package correlate
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/tracectx"
+)
+
+// Kernel is the part of the sampler correlate writes to.
+type Kernel interface {
+	SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error
+	DeleteProcConfig(pid uint32) error
+	AttachHook(path string, offset uint64) error
+}
+
+// Info is what correlate learnt of one process, for resource attributes.
+type Info struct {
+	ServiceName string
+	Resource    map[string]string
+	// Source names the context source configured ("thread", "go",
+	// "hook"), empty when none.
+	Source string
+}
+
+// GoConfig fills the Go part of a proc_config for a Go executable; it
+// returns an error for binaries that are not Go or whose runtime layout is
+// unknown. Nil disables goroutine-label correlation.
+type GoConfig func(pid int) (bpf.SamplerProcConfig, error)
+
+// Stats counts what the watcher did.
+type Stats struct {
+	Scanned, Configured, ScanErrors, HooksAttached uint64
+}
+
+// Watcher scans processes on demand and keeps the kernel configured.
+type Watcher struct {
+	k   Kernel
+	log *slog.Logger
+	goc GoConfig
+
+	mu    sync.Mutex
+	procs map[uint32]*state
+	hooks map[string]bool // hook file + offset already attached
+
+	queue chan uint32
+	stats struct{ scanned, configured, errors, hooks atomic.Uint64 }
+}
+
+type state struct {
+	info      Info
+	scannedAt time.Time
+	scans     int
+	resolved  bool // a context source was configured
+}
+
+// New returns a watcher; call Run to process the queue.
+func New(k Kernel, goc GoConfig, log *slog.Logger) *Watcher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Watcher{k: k, goc: goc, log: log, procs: map[uint32]*state{},
+		hooks: map[string]bool{}, queue: make(chan uint32, 4096)}
+}
+
+// Scan inspects pid now and configures the kernel. It is what the
+// recording calls for its targets before sampling starts.
+func (w *Watcher) Scan(pid uint32) error {
+	info, cfg, hooks, err := w.inspect(pid)
+	w.stats.scanned.Add(1)
+	w.mu.Lock()
+	st := w.procs[pid]
+	if st == nil {
+		st = &state{}
+		w.procs[pid] = st
+	}
+	st.scannedAt = time.Now()
+	st.scans++
+	w.mu.Unlock()
+	if err != nil {
+		w.stats.errors.Add(1)
+		return err
+	}
+	for _, h := range hooks {
+		w.attachHook(h)
+	}
+	if cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) || cfg.GoLayout != uint8(bpf.SamplerGoLabelLayoutGO_LABELS_NONE) {
+		if err := w.k.SetProcConfig(pid, cfg); err != nil {
+			return fmt.Errorf("configure pid %d: %w", pid, err)
+		}
+		w.stats.configured.Add(1)
+	}
+	w.mu.Lock()
+	st.info = info
+	st.resolved = info.Source != ""
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.Hook, error) {
+	var cfg bpf.SamplerProcConfig
+	pi, err := tracectx.Scan(int(pid))
+	if err != nil {
+		return Info{}, cfg, nil, fmt.Errorf("scan pid %d: %w", pid, err)
+	}
+	for _, e := range pi.Errors {
+		w.log.Debug("scan", "pid", pid, "error", e)
+	}
+	info := Info{ServiceName: pi.ServiceName, Resource: pi.Resource}
+	switch pi.ThreadContext.Kind {
+	case tracectx.LocationStaticTP:
+		cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_STATIC_TP)
+		cfg.TlsOffset = pi.ThreadContext.Offset
+		info.Source = "thread"
+	case tracectx.LocationDTV:
+		cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV)
+		cfg.TlsOffset = pi.ThreadContext.Offset
+		cfg.TlsModule = pi.ThreadContext.ModuleID
+		info.Source = "thread"
+	}
+	if w.goc != nil {
+		if g, err := w.goc(int(pid)); err == nil {
+			cfg.GoLayout = g.GoLayout
+			cfg.GoTlsG = g.GoTlsG
+			cfg.GoOffM = g.GoOffM
+			cfg.GoOffCurg = g.GoOffCurg
+			cfg.GoOffLabels = g.GoOffLabels
+			if info.Source == "" {
+				info.Source = "go"
+			}
+		} else if !errors.Is(err, ErrNotGo) {
+			w.log.Debug("go labels", "pid", pid, "error", err)
+		}
+	}
+	if len(pi.Hooks) > 0 && info.Source == "" {
+		info.Source = "hook"
+	}
+	return info, cfg, pi.Hooks, nil
+}
+
+// ErrNotGo is what a GoConfig returns for a binary that is not Go.
+var ErrNotGo = errors.New("not a Go binary")
+
+func (w *Watcher) attachHook(h tracectx.Hook) {
+	key := fmt.Sprintf("%s@%#x", h.OpenPath, h.Offset)
+	w.mu.Lock()
+	done := w.hooks[key]
+	w.hooks[key] = true
+	w.mu.Unlock()
+	if done {
+		return
+	}
+	if err := w.k.AttachHook(h.OpenPath, h.Offset); err != nil {
+		w.log.Warn("attach spanprof_set_trace_context uprobe", "path", h.Path, "error", err)
+		return
+	}
+	w.stats.hooks.Add(1)
+}
+
+// Seen queues pid for a scan if it was never scanned, or if it was
+// scanned without finding a context source more than rescan ago (a
+// library may have been loaded since, or relocation was not done yet).
+func (w *Watcher) Seen(pid uint32, rescan time.Duration) {
+	w.mu.Lock()
+	st := w.procs[pid]
+	due := st == nil || (!st.resolved && st.scans < 5 && time.Since(st.scannedAt) > rescan)
+	if due {
+		if st == nil {
+			st = &state{}
+			w.procs[pid] = st
+		}
+		st.scannedAt = time.Now() // do not queue it again meanwhile
+	}
+	w.mu.Unlock()
+	if due {
+		select {
+		case w.queue <- pid:
+		default:
+		}
+	}
+}
+
+// Exec forgets pid: its image changed, scan it again.
+func (w *Watcher) Exec(pid uint32) {
+	w.mu.Lock()
+	delete(w.procs, pid)
+	w.mu.Unlock()
+	_ = w.k.DeleteProcConfig(pid)
+}
+
+// Exit forgets pid.
+func (w *Watcher) Exit(pid uint32) {
+	w.Exec(pid)
+}
+
+// Info returns what is known of pid.
+func (w *Watcher) Info(pid uint32) (Info, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, ok := w.procs[pid]
+	if !ok {
+		return Info{}, false
+	}
+	return st.info, true
+}
+
+// Stats returns the counters.
+func (w *Watcher) Stats() Stats {
+	return Stats{Scanned: w.stats.scanned.Load(), Configured: w.stats.configured.Load(),
+		ScanErrors: w.stats.errors.Load(), HooksAttached: w.stats.hooks.Load()}
+}
+
+// Run scans queued processes until stop is closed.
+func (w *Watcher) Run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case pid := <-w.queue:
+			if err := w.Scan(pid); err != nil {
+				w.log.Debug("scan", "pid", pid, "error", err)
+			}
+		}
+	}
+}

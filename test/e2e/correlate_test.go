@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// truthSpan is one span the workload ran, as it recorded it.
+type truthSpan struct {
+	tid         int
+	trace, span string
+	start, end  uint64
+	function    string
+}
+
+func readTruth(t *testing.T, path string) map[int][]truthSpan {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[int][]truthSpan{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		p := strings.Fields(sc.Text())
+		if len(p) != 6 {
+			t.Fatalf("bad truth line %q", sc.Text())
+		}
+		tid, _ := strconv.Atoi(p[0])
+		start, _ := strconv.ParseUint(p[3], 10, 64)
+		end, _ := strconv.ParseUint(p[4], 10, 64)
+		out[tid] = append(out[tid], truthSpan{tid, p[1], p[2], start, end, p[5]})
+	}
+	return out
+}
+
+// correlation is what the acceptance criteria measure.
+type correlation struct {
+	inSpan, inSpanRight     int // samples well inside a span window; those with its ids
+	linked, linkedRight     int // samples with a link; those whose link is the span at that time
+	linkedOutside           int // linked samples outside their span's window by more than 50µs
+	functionRight, checkedF int
+}
+
+// measureCorrelation compares samples with the ground truth. Spans that
+// began before the first sample are left out: a writer that publishes
+// through the uprobe hook told the kernel about them before spanprof was
+// listening.
+func measureCorrelation(samples []otlpSample, truth map[int][]truthSpan) correlation {
+	const margin = uint64(50 * time.Microsecond)
+	var c correlation
+	first := uint64(1<<64 - 1)
+	for _, s := range samples {
+		for _, ts := range s.times {
+			first = min(first, ts)
+		}
+	}
+	for _, s := range samples {
+		tid, _ := strconv.Atoi(s.attrs["thread.id"])
+		spans := truth[tid]
+		for _, ts := range s.times {
+			// The span whose window (±50µs) holds the sample.
+			var at *truthSpan
+			for i := range spans {
+				if ts+margin >= spans[i].start && ts <= spans[i].end+margin {
+					at = &spans[i]
+					break
+				}
+			}
+			if at != nil && at.start > first && ts >= at.start+margin && ts+margin <= at.end {
+				c.inSpan++
+				if s.trace == at.trace && s.span == at.span {
+					c.inSpanRight++
+				} else if debugCorrelation {
+					fmt.Printf("miss: tid %d +%dus from start, -%dus to end, link %q, frames %v\n", tid, (ts-at.start)/1000, (at.end-ts)/1000, s.span, s.frames)
+				}
+				c.checkedF++
+				if len(s.frames) > 0 && containsFrame(s.frames, at.function) {
+					c.functionRight++
+				} else if debugCorrelation {
+					fmt.Printf("function miss: want %s, frames %v\n", at.function, s.frames)
+				}
+			}
+			if s.trace != "" {
+				c.linked++
+				if at != nil && s.trace == at.trace && s.span == at.span {
+					c.linkedRight++
+				}
+				var own *truthSpan
+				for i := range spans {
+					if spans[i].trace == s.trace && spans[i].span == s.span {
+						own = &spans[i]
+					}
+				}
+				if own == nil || ts+margin < own.start || ts > own.end+margin {
+					c.linkedOutside++
+				}
+			}
+		}
+	}
+	return c
+}
+
+var debugCorrelation = os.Getenv("SPANPROF_DEBUG_CORRELATION") != ""
+
+func containsFrame(frames []string, fn string) bool {
+	for _, f := range frames {
+		if f == fn {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCorrelationNative(t *testing.T) {
+	requireRoot(t)
+	bin := filepath.Join(repoRoot, "testdata", "tracectx", "build")
+	for _, variant := range []string{"workload-gcc", "workload-clang", "workload-lib", "workload-hook"} {
+		t.Run(variant, func(t *testing.T) {
+			dir := t.TempDir()
+			truthPath := filepath.Join(dir, "truth")
+			fix := startProgram(t, filepath.Join(bin, variant), truthPath, "6", "4")
+			out := filepath.Join(dir, "p.otlp.json")
+			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
+			if err := fix.Wait(); err != nil {
+				t.Fatalf("workload: %v", err)
+			}
+			truth := readTruth(t, truthPath)
+			c := measureCorrelation(readOTLP(t, out), truth)
+			t.Logf("%s: in-span samples %d, with the right ids %d (%.3f%%); linked %d, right %d (%.3f%%); linked outside their window ±50µs: %d; span function on stack %d/%d",
+				variant, c.inSpan, c.inSpanRight, pct(c.inSpanRight, c.inSpan), c.linked, c.linkedRight, pct(c.linkedRight, c.linked),
+				c.linkedOutside, c.functionRight, c.checkedF)
+			if c.inSpan < 300 {
+				t.Fatalf("only %d samples inside span windows", c.inSpan)
+			}
+			if pct(c.inSpanRight, c.inSpan) < 99.5 {
+				t.Errorf("%.3f%% of in-span samples carry the span's ids, want ≥ 99.5%%", pct(c.inSpanRight, c.inSpan))
+			}
+			if pct(c.linkedRight, c.linked) < 99.9 {
+				t.Errorf("%.3f%% of linked samples are right, want ≥ 99.9%%", pct(c.linkedRight, c.linked))
+			}
+			// Samples inside libc's clock_gettime lose the span's function:
+			// libc has no frame pointers and the frame is not the leaf.
+			if pct(c.functionRight, c.checkedF) < 95 {
+				t.Errorf("span function on the stack in %.2f%% of in-span samples, want ≥ 95%%", pct(c.functionRight, c.checkedF))
+			}
+			if c.linkedOutside > 0 {
+				t.Errorf("%d linked samples lie outside their span window by more than 50µs", c.linkedOutside)
+			}
+		})
+	}
+}
+
+func pct(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
