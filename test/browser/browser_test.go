@@ -186,7 +186,12 @@ var (
 )
 
 func TestViewer(t *testing.T) {
-	p := newPage(t, static("small.otlp.json", exporttest.Small()), static("other.pb.gz", exporttest.Synthetic(200)))
+	noSpans := exporttest.Small()
+	for i := range noSpans.Samples {
+		noSpans.Samples[i].Link = profile.Link{}
+	}
+	p := newPage(t, static("small.otlp.json", exporttest.Small()), static("other.pb.gz", exporttest.Synthetic(200)),
+		static("nospans.otlp.json", noSpans))
 	all := []string{"0x1234", "all", "do_syscall_64", "libnoid.so+0x1234", "main.handle", "main.helper", "main.main",
 		"main.outer", "server (100)", "worker (200)"}
 	tests := []struct {
@@ -217,6 +222,7 @@ func TestViewer(t *testing.T) {
 			frames: []string{"all", "main.handle", "main.main", "pthread_cond_wait", "schedule", "server (100)"},
 			spans:  "1", url: "kind=off"},
 		{name: "no match", path: "/?span_id=ffff", frames: nil, spans: "2"},
+		{name: "profile without spans", path: "/?file=nospans.otlp.json&span_id=22", frames: nil, spans: "0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -292,7 +298,7 @@ func TestViewer(t *testing.T) {
 		p.t = t
 		p.open("/")
 		opts := eval[[]string](p, `Array.from(document.getElementById('file').options).map(o => o.value)`)
-		if !slices.Equal(opts, []string{"small.otlp.json", "other.pb.gz"}) || eval[bool](p, `document.getElementById('file').hidden`) {
+		if !slices.Equal(opts, []string{"small.otlp.json", "other.pb.gz", "nospans.otlp.json"}) || eval[bool](p, `document.getElementById('file').hidden`) {
 			t.Errorf("file picker options %q (or hidden)", opts)
 		}
 	})

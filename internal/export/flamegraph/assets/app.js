@@ -134,6 +134,12 @@
         update();
       });
     }
+    if (rows.length === 0) {
+      const td = body.insertRow().insertCell();
+      td.colSpan = 7;
+      td.className = 'empty';
+      td.textContent = 'no event carried a trace context (no span was active, or the service publishes none: see spanprof check)';
+    }
     $('spans').dataset.rows = String(rows.length);
     $('span-info').textContent = model.spans.length + ' spans' +
       (model.spans.length > MAX_SPAN_ROWS ? ', first ' + MAX_SPAN_ROWS + ' by time shown' : '') +
@@ -162,6 +168,7 @@
       t.append(b);
     }
     for (const tr of $('spans').tBodies[0].rows) {
+      if (!tr.dataset.link) continue;
       const l = model.links[Number(tr.dataset.link)];
       const active = !!state.span && l.span.startsWith(state.span) && l.trace.startsWith(state.trace);
       if (active && !tr.classList.contains('active')) {
