@@ -304,13 +304,29 @@ func TestViewer(t *testing.T) {
 	})
 }
 
+// uniqueStacks gives each event of p its own stack (a distinct leaf), the
+// worst case for the flame graph's tree building.
+func uniqueStacks(p *profile.Profile) *profile.Profile {
+	for i := range p.Samples {
+		s := &p.Samples[i]
+		leaf := profile.Frame{Address: 0x7000_0000 + uint64(i), Function: fmt.Sprintf("leaf%d", i)}
+		s.Frames = append([]profile.Frame{leaf}, s.Frames...)
+	}
+	return p
+}
+
 // TestLargeProfile measures the render of 100k events; the numbers are
 // logged, not asserted, because they depend on the machine.
 func TestLargeProfile(t *testing.T) {
 	const n = 100_000
 	big := exporttest.Synthetic(n)
-	p := newPage(t, static("synthetic.otlp.pb", big))
+	p := newPage(t, static("synthetic.otlp.pb", big), static("unique.otlp.pb", uniqueStacks(exporttest.Synthetic(n))))
 	start := time.Now()
+	p.open("/?file=unique.otlp.pb")
+	_, _ = chromedp.Run(p.ctx, chromedp.Poll[bool](`!!document.documentElement.dataset.paintMs`, chromedp.WithPollingTimeout(10*time.Second)))
+	t.Logf("100k events with 100k distinct stacks: page fetched and first render done in %v; in page: %s",
+		time.Since(start).Round(time.Millisecond), eval[string](p, `['loadMs','renderMs','paintMs'].map(k => k + '=' + document.documentElement.dataset[k]).join(' ')`))
+	start = time.Now()
 	p.open("/")
 	load := time.Since(start)
 	events := eval[int](p, `spanprof.model.n`)
