@@ -7,10 +7,12 @@ BIN := bin/spanprof
 OUT := out
 
 # Debian packages the build, tests and demo need; installed when missing.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils
-APT_STAMP := .deps-installed
+# chromium drives the web UI tests; the rest build eBPF objects and fixtures.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium
+# Peers measured side by side by `make bench`.
+BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
-.PHONY: all build generate check-generated deps test vet demo bench clean
+.PHONY: all build generate check-generated deps bench-deps test vet demo bench clean
 
 all: build
 
@@ -18,9 +20,14 @@ build:
 	$(GO) build -o $(BIN) ./cmd/spanprof
 
 deps:
-	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ]; then \
+	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null; then \
 		echo "installing $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	fi
+
+bench-deps: deps
+	@if ! command -v bpftrace >/dev/null || ! command -v perf >/dev/null || [ ! -x /usr/sbin/offcputime ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BENCH_PACKAGES); \
 	fi
 
 # Rebuild the eBPF objects and Go bindings with the pinned clang.
@@ -51,5 +58,5 @@ demo: deps build
 	@echo "flame-graph input: $(OUT)/demo.folded; pprof: go tool pprof -top $(OUT)/demo.pb.gz"
 
 clean:
-	rm -rf bin $(OUT) $(APT_STAMP)
+	rm -rf bin $(OUT)
 	$(MAKE) -C testdata/fixtures clean

@@ -153,6 +153,11 @@ func TestScanHook(t *testing.T) {
 	if _, err := openMem(t, w.pid).ReadAt(got, int64(bias+syms[idx].Value)); err != nil {
 		t.Fatal(err)
 	}
+	// A uprobe on the hook (a spanprof running alongside, as the e2e
+	// tests do) shows as an int3 in the first byte; the rest must match.
+	if got[0] == 0xcc {
+		got[0] = want[0]
+	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("code at run-time address %x, at file offset %#x %x", got, h.Offset, want)
 	}
