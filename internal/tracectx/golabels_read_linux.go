@@ -1,0 +1,80 @@
+package tracectx
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// ReadLabels reads the pprof labels of the goroutine running on thread tid
+// of process pid, the way the eBPF program does at sample time. It stops the
+// thread briefly (PTRACE_SEIZE, PTRACE_INTERRUPT) to take its fsbase from
+// PTRACE_GETREGS, reads with process_vm_readv while it is stopped (so m.curg
+// cannot change under the walk), then detaches. It needs root or
+// CAP_SYS_PTRACE. It exists to validate offsets and the walk; the agent
+// never stops threads.
+func ReadLabels(pid, tid int, info *GoRuntimeInfo) (map[string]string, error) {
+	// ptrace requests must come from the thread that attached.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.PtraceSeize(tid); err != nil {
+		return nil, fmt.Errorf("ptrace seize thread %d: %w", tid, err)
+	}
+	// A signal arriving first (Go's preemption SIGURG) stops the thread
+	// in signal-delivery-stop; hand it back on detach, or the thread
+	// would lose it.
+	var sig unix.Signal
+	defer func() { goPtraceDetach(tid, sig) }()
+	if err := unix.PtraceInterrupt(tid); err != nil {
+		return nil, fmt.Errorf("ptrace interrupt thread %d: %w", tid, err)
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("wait for thread %d to stop: %w", tid, err)
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return nil, fmt.Errorf("stop thread %d: status %#x", tid, uint32(ws))
+	}
+	if ws.TrapCause() != unix.PTRACE_EVENT_STOP && ws.StopSignal() != unix.SIGTRAP {
+		sig = ws.StopSignal()
+	}
+	var regs unix.PtraceRegs
+	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
+		return nil, fmt.Errorf("read registers of thread %d: %w", tid, err)
+	}
+	return ReadGoLabels(goProcMem(pid), regs.Fs_base, info)
+}
+
+// goPtraceDetach detaches from tid, delivering sig (0: none).
+func goPtraceDetach(tid int, sig unix.Signal) {
+	_, _, _ = unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(sig), 0, 0)
+}
+
+// goProcMem reads another process's memory with process_vm_readv.
+type goProcMem int
+
+func (p goProcMem) ReadAt(b []byte, off int64) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	local := []unix.Iovec{{Base: &b[0]}}
+	local[0].SetLen(len(b))
+	remote := []unix.RemoteIovec{{Base: uintptr(off), Len: len(b)}}
+	n, err := unix.ProcessVMReadv(int(p), local, remote, 0)
+	if err != nil {
+		return n, fmt.Errorf("read %d bytes at %#x of pid %d: %w", len(b), off, int(p), err)
+	}
+	if n < len(b) {
+		return n, fmt.Errorf("read %d bytes at %#x of pid %d: short read of %d", len(b), off, int(p), n)
+	}
+	return n, nil
+}

@@ -1,0 +1,144 @@
+package tracectx
+
+import (
+	"debug/elf"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestGoOffsetsTableMatchesDWARF builds the labels fixture with every
+// covered Go release, reads its offsets from DWARF, and checks that the
+// table (used for stripped binaries) gives the same answer, and that the
+// stripped build of the same source resolves to it.
+func TestGoOffsetsTableMatchesDWARF(t *testing.T) {
+	for _, tc := range goFixtureToolchains {
+		t.Run(tc, func(t *testing.T) {
+			full, err := GoOffsets(buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "labels"}))
+			if err != nil {
+				t.Fatalf("GoOffsets: %v", err)
+			}
+			if full.Source != "dwarf" {
+				t.Fatalf("unstripped build: offsets from %q, want dwarf", full.Source)
+			}
+			if tc != "local" && !strings.HasPrefix(full.GoVersion, tc) {
+				t.Errorf("GoVersion %q, want %s", full.GoVersion, tc)
+			}
+			table, err := goStructsFromTable(full.GoVersion)
+			if err != nil {
+				t.Fatalf("table: %v", err)
+			}
+			table.GoVersion, table.TLSG, table.TLSSource, table.Source = full.GoVersion, full.TLSG, full.TLSSource, full.Source
+			if *table != *full {
+				t.Errorf("table != dwarf:\n table %+v\n dwarf %+v", *table, *full)
+			}
+			stripped, err := GoOffsets(buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "labels", stripped: true}))
+			if err != nil {
+				t.Fatalf("GoOffsets stripped: %v", err)
+			}
+			if stripped.Source != "table" {
+				t.Errorf("stripped build: offsets from %q, want table", stripped.Source)
+			}
+			stripped.Source = full.Source
+			if *stripped != *full {
+				t.Errorf("stripped != unstripped:\n stripped %+v\n full     %+v", *stripped, *full)
+			}
+			if full.TLSG != -8 {
+				t.Errorf("internally linked: TLSG %d, want -8", full.TLSG)
+			}
+			wantLayout := GoLabelsSlice
+			if m, _ := goMinor(full.GoVersion); m <= 23 {
+				wantLayout = GoLabelsMap
+			}
+			if full.Layout != wantLayout {
+				t.Errorf("layout %v, want %v", full.Layout, wantLayout)
+			}
+		})
+	}
+}
+
+// TestGoTLSGCgo checks the g slot of an externally linked binary with C
+// thread-locals: the symbol table and the code scan must agree, and the
+// slot must not be the internal-linking -8.
+func TestGoTLSGCgo(t *testing.T) {
+	for _, stripped := range []bool{false, true} {
+		bin := buildGoFixture(t, goFixtureBuild{toolchain: "local", pkg: "labels", cgo: true, stripped: stripped})
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		code, err := goTLSGFromCode(f)
+		if err != nil {
+			t.Fatalf("code scan: %v", err)
+		}
+		if code == goInternalTLSG {
+			t.Errorf("stripped=%v: code scan found %d; the C thread-locals should move g", stripped, code)
+		}
+		info, err := GoOffsets(bin)
+		if err != nil {
+			t.Fatalf("GoOffsets: %v", err)
+		}
+		wantSrc := "symtab"
+		if stripped {
+			wantSrc = "code"
+		}
+		if info.TLSG != code || info.TLSSource != wantSrc {
+			t.Errorf("stripped=%v: TLSG %d from %s, want %d from %s", stripped, info.TLSG, info.TLSSource, code, wantSrc)
+		}
+	}
+}
+
+func TestGoOffsetsErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		version string
+		want    error
+		mention string
+	}{
+		{"too old", "go1.20.14", ErrUnsupportedGo, "go1.20.14"},
+		{"too new", "go1.27.1", ErrUnsupportedGo, "go1.27.1"},
+		{"devel", "devel go1.28-abcdef", ErrUnsupportedGo, "go1.28"},
+		{"garbage", "gccgo", ErrUnsupportedGo, "gccgo"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := goStructsFromTable(tt.version)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.mention) {
+				t.Errorf("goStructsFromTable(%q) = %v, want %v naming %q", tt.version, err, tt.want, tt.mention)
+			}
+		})
+	}
+	for _, p := range []string{"/bin/true", "/usr/bin/true"} {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if _, err := GoOffsets(p); !errors.Is(err, ErrNotGoBinary) {
+			t.Errorf("GoOffsets(%s) = %v, want ErrNotGoBinary", p, err)
+		}
+		break
+	}
+}
+
+func TestGoMinor(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"go1.21.13", 21, true},
+		{"go1.26.8", 26, true},
+		{"go1.24rc1", 24, true},
+		{"go1.23", 23, true},
+		{"devel go1.27-1234 +0000", 27, true},
+		{"go2.0", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := goMinor(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("goMinor(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}

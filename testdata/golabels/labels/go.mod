@@ -1,0 +1,3 @@
+module spanprof.test/golabels/labels
+
+go 1.21
