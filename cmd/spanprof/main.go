@@ -40,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRecord(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
+	case "agent":
+		return runAgent(ctx, args[1:], stderr)
 	case "check":
 		return check.Main(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/spanprof/spanprof/internal/agent"
+	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/sampler"
+)
+
+// runAgent is `spanprof agent`: configuration errors and missing
+// privileges end it with one line on stderr and exit code 1.
+func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg, err := agent.ParseArgs(args, os.LookupEnv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
+		return 1
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	sampledPIDs := cfg.Processes.PIDs
+	if len(cfg.Processes.Executables) > 0 {
+		sampledPIDs = nil // executables are matched in user space
+	}
+	s, err := sampler.New(sampler.Options{Frequency: cfg.Frequency, PIDs: sampledPIDs, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
+		return 1
+	}
+	defer s.Close()
+
+	watch := correlate.New(s, nil, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a, err := agent.New(cfg, s, agent.Options{Logger: log, Registry: reg, Correlator: watch})
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
+		return 1
+	}
+	// Named targets are inspected before the first sample so that their
+	// first samples already carry span ids.
+	for _, pid := range cfg.Processes.PIDs {
+		if err := watch.Scan(uint32(pid)); err != nil {
+			log.Warn("inspect process for trace context", "pid", pid, "error", err)
+		}
+	}
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go watch.Run(stopWatch)
+	if err := s.Start(); err != nil {
+		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
+		return 1
+	}
+	go s.Run()
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,355 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spanprof/spanprof/internal/collect"
+	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
+	"github.com/spanprof/spanprof/internal/symbolize"
+)
+
+// AttrHostName is the resource attribute naming the host a process ran on.
+const AttrHostName = "host.name"
+
+// Source is what the agent needs of a sampler (*sampler.Sampler); tests
+// feed records through a fake.
+type Source interface {
+	Records() <-chan *sampler.Record
+	ProcEvents() <-chan sampler.ProcEvent
+	Counters() (map[string]uint64, error)
+	// Stop detaches the programs; the channels still deliver what the
+	// kernel had written.
+	Stop()
+}
+
+// Correlator keeps each process's trace-context reading configured in the
+// kernel and knows what the process published for its resource
+// (*correlate.Watcher).
+type Correlator interface {
+	Seen(pid uint32, rescan time.Duration)
+	Exec(pid uint32)
+	Exit(pid uint32)
+	Info(pid uint32) (correlate.Info, bool)
+}
+
+// rescanAfter is how long a process without a known context source waits
+// before it is inspected again (a library may have been loaded since).
+const rescanAfter = 2 * time.Second
+
+// Options are the agent's collaborators.
+type Options struct {
+	Logger *slog.Logger
+	// Registry receives the self-metrics; nil keeps them unregistered and
+	// serves no /metrics.
+	Registry *prometheus.Registry
+	// Tracker and Kernel default to procfs and /proc/kallsyms.
+	Tracker *proc.Tracker
+	Kernel  collect.KernelSymbols
+	// Correlator is nil when trace context is not read.
+	Correlator Correlator
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Agent samples continuously and exports one profile per report interval.
+type Agent struct {
+	cfg       Config
+	src       Source
+	log       *slog.Logger
+	reg       *prometheus.Registry
+	m         *Metrics
+	tracker   *proc.Tracker
+	collector *collect.Collector
+	corr      Correlator
+	exporters []*Exporter
+	hostName  string
+	now       func() time.Time
+	execs     map[string]bool
+	match     map[uint32]bool // pid → wanted, for the executable filter
+	stopping  atomic.Bool
+	// metricsAddr is where /metrics listens once Run started.
+	metricsAddr atomic.Pointer[string]
+}
+
+// MetricsAddr returns the address /metrics and /healthz are served on,
+// empty before Run or when disabled.
+func (a *Agent) MetricsAddr() string {
+	if p := a.metricsAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// New wires an agent to src. It dials nothing yet: gRPC connects on the
+// first export.
+func New(cfg Config, src Source, opts Options) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Tracker == nil {
+		opts.Tracker = proc.NewTracker("/proc", log)
+	}
+	if opts.Kernel == nil {
+		if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
+			log.Warn("kernel frames stay unsymbolized", "error", err)
+		} else {
+			opts.Kernel = k
+		}
+	}
+	host := cfg.HostName
+	if host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("read host name (set host_name): %w", err)
+		}
+		host = h
+	}
+	var reg prometheus.Registerer
+	if opts.Registry != nil {
+		reg = opts.Registry
+	}
+	a := &Agent{
+		cfg:      cfg,
+		src:      src,
+		log:      log,
+		reg:      opts.Registry,
+		m:        NewMetrics(reg),
+		tracker:  opts.Tracker,
+		hostName: host,
+		now:      opts.Now,
+		corr:     opts.Correlator,
+		match:    map[uint32]bool{},
+	}
+	collOpts := collect.Options{Frequency: cfg.Frequency, Tracker: opts.Tracker, Logger: log}
+	if opts.Kernel != nil {
+		collOpts.Kernel = opts.Kernel
+	}
+	if c := opts.Correlator; c != nil {
+		collOpts.Resource = func(pid uint32) (string, map[string]string) {
+			info, _ := c.Info(pid)
+			return info.ServiceName, info.Resource
+		}
+	}
+	a.collector = collect.New(collOpts)
+	if len(cfg.Processes.Executables) > 0 {
+		a.execs = map[string]bool{}
+		for _, e := range cfg.Processes.Executables {
+			a.execs[e] = true
+		}
+	}
+	if reg != nil {
+		reg.MustRegister(
+			newCounterCollector(src.Counters),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "spanprof_processes_tracked",
+				Help: "Processes whose mappings the agent holds.",
+			}, func() float64 { return float64(a.tracker.Len()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_samples_collected_total",
+				Help: "Samples that reached the collector from the sampler.",
+			}, func() float64 { return float64(a.collector.Stats().Samples) }),
+		)
+	}
+	for _, ep := range cfg.Export.Endpoints {
+		e, err := NewExporter(ep, cfg.Export, a.m, log)
+		if err != nil {
+			a.closeExporters()
+			return nil, err
+		}
+		a.exporters = append(a.exporters, e)
+	}
+	return a, nil
+}
+
+func (a *Agent) closeExporters() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // nothing was queued: close at once
+	for _, e := range a.exporters {
+		_ = e.Shutdown(ctx)
+	}
+}
+
+// Run consumes samples until ctx ends, sending a profile every report
+// interval; then it stops the source, drains it, sends the last profile
+// and flushes the queues within the shutdown timeout.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.reg != nil && a.cfg.MetricsListen != "" {
+		addr, stop, err := serveMetrics(ctx, a.cfg.MetricsListen, a.reg, a.healthy, a.log)
+		if err != nil {
+			a.closeExporters()
+			return err
+		}
+		a.metricsAddr.Store(&addr)
+		defer stop()
+	}
+	a.log.Info("agent started", "frequency", a.cfg.Frequency, "endpoints", a.cfg.Export.Endpoints,
+		"report_interval", a.cfg.Export.ReportInterval, "host", a.hostName)
+	ticker := time.NewTicker(a.cfg.Export.ReportInterval)
+	defer ticker.Stop()
+	records, procs := a.src.Records(), a.src.ProcEvents()
+	for ctx.Err() == nil {
+		select {
+		case r, ok := <-records:
+			if !ok {
+				records = nil
+				continue
+			}
+			a.add(r)
+		case e, ok := <-procs:
+			if !ok {
+				procs = nil
+				continue
+			}
+			a.procEvent(e)
+		case <-ticker.C:
+			a.report()
+		case <-ctx.Done():
+		}
+	}
+	a.stopping.Store(true)
+	a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
+	a.src.Stop()
+	a.drain(records, procs, 200*time.Millisecond)
+	a.report()
+
+	flushCtx, cancel := context.WithTimeout(context.Background(), a.cfg.Export.ShutdownTimeout)
+	defer cancel()
+	errs := make(chan error, len(a.exporters))
+	for _, e := range a.exporters {
+		go func() { errs <- e.Shutdown(flushCtx) }()
+	}
+	var err error
+	for range a.exporters {
+		err = errors.Join(err, <-errs)
+	}
+	if err != nil {
+		return fmt.Errorf("flush at shutdown: %w", err)
+	}
+	a.log.Info("agent stopped")
+	return nil
+}
+
+// drain takes what the source still delivers for up to d.
+func (a *Agent) drain(records <-chan *sampler.Record, procs <-chan sampler.ProcEvent, d time.Duration) {
+	deadline := time.After(d)
+	for records != nil || procs != nil {
+		select {
+		case r, ok := <-records:
+			if !ok {
+				records = nil
+				continue
+			}
+			a.add(r)
+		case e, ok := <-procs:
+			if !ok {
+				procs = nil
+				continue
+			}
+			a.procEvent(e)
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func (a *Agent) add(r *sampler.Record) {
+	if a.execs != nil && !a.wanted(r.PID) {
+		a.m.filtered.Inc()
+		return
+	}
+	if a.corr != nil {
+		a.corr.Seen(r.PID, rescanAfter)
+	}
+	a.collector.Add(r)
+}
+
+func (a *Agent) procEvent(e sampler.ProcEvent) {
+	delete(a.match, e.PID) // an exec may change the executable
+	if a.corr != nil {
+		if e.Exit {
+			a.corr.Exit(e.PID)
+		} else {
+			a.corr.Exec(e.PID)
+			a.corr.Seen(e.PID, 0)
+		}
+	}
+	a.collector.ProcEvent(e)
+}
+
+// wanted applies the process selection in user space: the kernel filter
+// knows only PIDs, so naming executables means sampling everything.
+func (a *Agent) wanted(pid uint32) bool {
+	if ok, seen := a.match[pid]; seen {
+		return ok
+	}
+	ok := false
+	for _, p := range a.cfg.Processes.PIDs {
+		if uint32(p) == pid {
+			ok = true
+		}
+	}
+	if !ok {
+		p := a.tracker.Get(pid)
+		ok = a.execs[filepath.Base(p.Exe)] || (p.Exe == "" && a.execs[p.Comm])
+	}
+	a.match[pid] = ok
+	return ok
+}
+
+// report builds the profile of the interval, hands it to every exporter
+// and forgets exited processes.
+func (a *Agent) report() {
+	t0 := time.Now()
+	prof := a.collector.Build(a.now())
+	a.m.buildDuration.Observe(time.Since(t0).Seconds())
+	a.tracker.ForgetExited()
+	clear(a.match)
+	if len(prof.Samples) == 0 {
+		a.log.Debug("nothing sampled this interval")
+		return
+	}
+	a.stampHost(prof)
+	a.m.reports.Inc()
+	a.m.reportSamples.Add(float64(len(prof.Samples)))
+	a.log.Debug("report built", "samples", len(prof.Samples), "processes", len(prof.Processes), "took", time.Since(t0))
+	for _, e := range a.exporters {
+		// Exporters only read the profile, so they can share it.
+		e.Enqueue(prof)
+	}
+}
+
+// stampHost adds host.name to every process's resource attributes.
+func (a *Agent) stampHost(p *profile.Profile) {
+	for _, pr := range p.Processes {
+		if pr.Attributes == nil {
+			pr.Attributes = map[string]string{}
+		}
+		pr.Attributes[AttrHostName] = a.hostName
+	}
+}
+
+func (a *Agent) healthy() error {
+	if a.stopping.Load() {
+		return errors.New("stopping")
+	}
+	return nil
+}

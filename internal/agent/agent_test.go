@@ -1,0 +1,308 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
+)
+
+// fakeSource stands in for the eBPF sampler.
+type fakeSource struct {
+	records  chan *sampler.Record
+	procs    chan sampler.ProcEvent
+	stopped  atomic.Bool
+	counters map[string]uint64
+}
+
+func newFakeSource() *fakeSource {
+	return &fakeSource{
+		records: make(chan *sampler.Record, 1024),
+		procs:   make(chan sampler.ProcEvent, 16),
+		counters: map[string]uint64{
+			"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2,
+		},
+	}
+}
+
+func (f *fakeSource) Records() <-chan *sampler.Record      { return f.records }
+func (f *fakeSource) ProcEvents() <-chan sampler.ProcEvent { return f.procs }
+func (f *fakeSource) Counters() (map[string]uint64, error) { return f.counters, nil }
+func (f *fakeSource) Stop()                                { f.stopped.Store(true) }
+
+// noKernel leaves kernel addresses unsymbolized without reading kallsyms.
+type noKernel struct{}
+
+func (noKernel) Frames(dst []profile.Frame, addr uint64) []profile.Frame {
+	return append(dst, profile.Frame{Address: addr})
+}
+
+// busyFunc is a real function of the test binary, so the collector
+// symbolizes its address.
+//
+//go:noinline
+func busyFunc() int { return os.Getpid() }
+
+func userPC() uint64 { return uint64(reflect.ValueOf(busyFunc).Pointer()) }
+
+func testRecord(pid uint32, t time.Time) *sampler.Record {
+	return &sampler.Record{
+		PID: pid, TID: pid, Comm: "agent.test", Time: t, Value: 1,
+		UserStack: []uint64{userPC() + 1},
+	}
+}
+
+// fakeCorrelator names a service for every process.
+type fakeCorrelator struct {
+	mu   sync.Mutex
+	seen map[uint32]int
+}
+
+func (c *fakeCorrelator) Seen(pid uint32, _ time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen[pid]++
+}
+func (c *fakeCorrelator) Exec(uint32) {}
+func (c *fakeCorrelator) Exit(uint32) {}
+func (c *fakeCorrelator) Info(uint32) (correlate.Info, bool) {
+	return correlate.Info{ServiceName: "checkout", Resource: map[string]string{"deployment.environment.name": "test"}}, true
+}
+
+func testConfig(endpoint string) Config {
+	cfg := Default()
+	cfg.Export = fastExport()
+	cfg.Export.Endpoints = []string{endpoint}
+	cfg.Export.ReportInterval = 100 * time.Millisecond
+	cfg.HostName = "test-host"
+	cfg.MetricsListen = "127.0.0.1:0"
+	return cfg
+}
+
+func resourceAttrs(pd pprofile.Profiles) []map[string]any {
+	var out []map[string]any
+	for i := 0; i < pd.ResourceProfiles().Len(); i++ {
+		out = append(out, pd.ResourceProfiles().At(i).Resource().Attributes().AsRaw())
+	}
+	return out
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestAgentExportsEveryInterval(t *testing.T) {
+	col := startFakeCollector(t, "127.0.0.1:0", nil)
+	src := newFakeSource()
+	tracker := proc.NewTracker("/proc", nil)
+	defer tracker.Close()
+	corr := &fakeCorrelator{seen: map[uint32]int{}}
+	reg := prometheus.NewRegistry()
+	a, err := New(testConfig(col.addr), src, Options{
+		Registry: reg, Tracker: tracker, Kernel: noKernel{}, Correlator: corr,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	self := uint32(os.Getpid())
+	gone := uint32(0x7ffffff0) // no such process: read once, marked exited
+	var sent []time.Time
+	feed := func(n int) {
+		for i := 0; i < n; i++ {
+			ts := time.Now()
+			sent = append(sent, ts)
+			src.records <- testRecord(self, ts)
+		}
+	}
+	feed(20)
+	src.records <- testRecord(gone, time.Now())
+	got := col.waitReceived(t, 1, 5*time.Second)
+	waitFor(t, "exited process forgotten", 2*time.Second, func() bool { return tracker.Len() == 1 })
+	time.Sleep(250 * time.Millisecond) // an interval without samples sends nothing
+	if n := len(col.received()); n != len(got) {
+		t.Errorf("empty intervals sent %d batches", n-len(got))
+	}
+	feed(15)
+	col.waitReceived(t, len(got)+1, 5*time.Second)
+
+	addr := a.MetricsAddr()
+	if addr == "" {
+		t.Fatal("metrics are not served")
+	}
+	if code, body := get(t, "http://"+addr+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz = %d %q", code, body)
+	}
+	_, metrics := get(t, "http://"+addr+"/metrics")
+	for _, want := range []string{
+		"spanprof_samples_taken_total 120",
+		`spanprof_samples_lost_total{reason="ringbuf_full"} 3`,
+		`spanprof_sample_errors_total{reason="user_stack_error"} 2`,
+		"spanprof_processes_tracked 1",
+		"spanprof_samples_collected_total 36",
+		`spanprof_export_requests_total{endpoint="` + col.addr + `",result="success"}`,
+		`spanprof_export_queue_length{endpoint="` + col.addr + `"} 0`,
+		"spanprof_export_duration_seconds_bucket",
+		"spanprof_report_build_seconds_count",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// The last samples go out with the final report on shutdown.
+	feed(5)
+	src.procs <- sampler.ProcEvent{PID: gone, Exit: true}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !src.stopped.Load() {
+		t.Error("source was not stopped")
+	}
+
+	all := col.received()
+	total := 0
+	var times []uint64
+	for _, pd := range all {
+		total += sampleCount(pd)
+		for _, attrs := range resourceAttrs(pd) {
+			if attrs["host.name"] != "test-host" {
+				t.Errorf("host.name = %v, want test-host", attrs["host.name"])
+			}
+			if attrs["service.name"] != "checkout" || attrs["deployment.environment.name"] != "test" {
+				t.Errorf("resource from the correlator missing: %v", attrs)
+			}
+			if attrs["process.pid"] == int64(self) && attrs["process.executable.name"] != filepath.Base(mustExe(t)) {
+				t.Errorf("process.executable.name = %v, want %s", attrs["process.executable.name"], filepath.Base(mustExe(t)))
+			}
+		}
+		times = append(times, timestamps(pd)...)
+	}
+	if total != len(sent)+1 {
+		t.Errorf("collector got %d samples, want %d", total, len(sent)+1)
+	}
+	want := map[uint64]bool{}
+	for _, ts := range sent {
+		want[uint64(ts.UnixNano())] = true
+	}
+	for _, ts := range times {
+		delete(want, ts)
+	}
+	if len(want) > 0 {
+		t.Errorf("%d sample timestamps did not arrive", len(want))
+	}
+	if !hasFunction(all, "busyFunc") {
+		t.Error("no frame symbolized as busyFunc")
+	}
+	if corr.seen[self] == 0 {
+		t.Error("correlator never saw the sampled process")
+	}
+}
+
+func TestAgentExecutableFilter(t *testing.T) {
+	col := startFakeCollector(t, "127.0.0.1:0", nil)
+	src := newFakeSource()
+	cfg := testConfig(col.addr)
+	cfg.MetricsListen = ""
+	cfg.Processes.Executables = []string{filepath.Base(mustExe(t))}
+	reg := prometheus.NewRegistry()
+	a, err := New(cfg, src, Options{Registry: reg, Kernel: noKernel{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	self := uint32(os.Getpid())
+	for i := 0; i < 10; i++ {
+		src.records <- testRecord(self, time.Now())
+		src.records <- testRecord(0x7ffffff1, time.Now())
+	}
+	col.waitReceived(t, 1, 5*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, pd := range col.received() {
+		total += sampleCount(pd)
+		for _, attrs := range resourceAttrs(pd) {
+			if attrs["process.pid"] != int64(self) {
+				t.Errorf("a process outside the filter was exported: %v", attrs)
+			}
+		}
+	}
+	if total != 10 {
+		t.Errorf("exported %d samples, want the 10 of the named executable", total)
+	}
+	if v := value(t, a.m.filtered); v != 10 {
+		t.Errorf("filtered samples = %v, want 10", v)
+	}
+}
+
+func mustExe(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+func timestamps(pd pprofile.Profiles) []uint64 {
+	var out []uint64
+	rps := pd.ResourceProfiles()
+	for i := 0; i < rps.Len(); i++ {
+		sps := rps.At(i).ScopeProfiles()
+		for j := 0; j < sps.Len(); j++ {
+			ps := sps.At(j).Profiles()
+			for k := 0; k < ps.Len(); k++ {
+				ss := ps.At(k).Samples()
+				for l := 0; l < ss.Len(); l++ {
+					out = append(out, ss.At(l).TimestampsUnixNano().AsRaw()...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func hasFunction(pds []pprofile.Profiles, name string) bool {
+	for _, pd := range pds {
+		d := pd.Dictionary()
+		for i := 0; i < d.FunctionTable().Len(); i++ {
+			if strings.HasSuffix(d.StringTable().At(int(d.FunctionTable().At(i).NameStrindex())), name) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,276 @@
+// Package agent runs spanprof as a daemon: it samples continuously,
+// builds one profile every report interval and exports it over OTLP/gRPC
+// to one or more OpenTelemetry Collectors, with a bounded retry queue and
+// Prometheus self-metrics.
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is everything the agent can be told, from the YAML file, SPANPROF_*
+// environment variables and flags, in rising precedence.
+type Config struct {
+	// Frequency is the on-CPU sampling frequency in Hz per CPU.
+	Frequency int `yaml:"frequency"`
+	// OffCPU turns on off-CPU sampling (not available yet).
+	OffCPU    bool      `yaml:"off_cpu"`
+	Processes Processes `yaml:"processes"`
+	Export    Export    `yaml:"export"`
+	// Symbolization says where symbols come from.
+	Symbolization Symbolization `yaml:"symbolization"`
+	// MetricsListen is the address of /metrics and /healthz; empty
+	// disables the server.
+	MetricsListen string `yaml:"metrics_listen"`
+	// HostName is the host.name resource attribute; default os.Hostname.
+	// In a pod without hostNetwork, set it to the node name.
+	HostName string `yaml:"host_name"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+}
+
+// Processes selects what to profile. With neither PIDs nor Executables,
+// every process is profiled.
+type Processes struct {
+	PIDs []int `yaml:"pids"`
+	// Executables are executable base names (or, failing that, the
+	// command name) to profile.
+	Executables []string `yaml:"executables"`
+}
+
+// All reports whether every process is profiled.
+func (p Processes) All() bool { return len(p.PIDs) == 0 && len(p.Executables) == 0 }
+
+// Export configures where and how profiles are sent.
+type Export struct {
+	// Endpoints are collector OTLP/gRPC addresses, HOST:PORT. Every batch
+	// goes to each of them.
+	Endpoints []string `yaml:"endpoints"`
+	// Headers are sent with every request (for example an authorization
+	// token).
+	Headers map[string]string `yaml:"headers"`
+	TLS     TLS               `yaml:"tls"`
+	// Compression is gzip or none.
+	Compression string `yaml:"compression"`
+	// ReportInterval is how often a profile is built and sent.
+	ReportInterval time.Duration `yaml:"report_interval"`
+	// Timeout bounds one export request.
+	Timeout time.Duration `yaml:"timeout"`
+	// QueueSize is how many batches wait per endpoint while the collector
+	// is unreachable; beyond it the oldest are dropped and counted.
+	QueueSize int   `yaml:"queue_size"`
+	Retry     Retry `yaml:"retry"`
+	// ShutdownTimeout bounds the final flush on SIGTERM/SIGINT.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// TLS configures the gRPC transport.
+type TLS struct {
+	// Insecure sends in plaintext.
+	Insecure bool `yaml:"insecure"`
+	// CAFile verifies the collector's certificate; default the system pool.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate (mutual TLS).
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name checked in the certificate.
+	ServerName string `yaml:"server_name"`
+}
+
+// Retry shapes the exponential backoff of retryable export failures.
+type Retry struct {
+	InitialInterval time.Duration `yaml:"initial_interval"`
+	MaxInterval     time.Duration `yaml:"max_interval"`
+	// MaxElapsed is how long one batch is retried before it is dropped.
+	MaxElapsed time.Duration `yaml:"max_elapsed"`
+}
+
+// Symbolization configures symbol lookup.
+type Symbolization struct {
+	// Mode is local: symbols from the binaries on this host.
+	Mode string `yaml:"mode"`
+	// DebuginfodURLs are stored for when remote symbolization lands.
+	DebuginfodURLs []string `yaml:"debuginfod_urls"`
+}
+
+// Default returns the configuration used where nothing is said.
+func Default() Config {
+	return Config{
+		Frequency: 19,
+		Export: Export{
+			Endpoints:       []string{"localhost:4317"},
+			Compression:     "gzip",
+			ReportInterval:  10 * time.Second,
+			Timeout:         10 * time.Second,
+			QueueSize:       60,
+			Retry:           Retry{InitialInterval: time.Second, MaxInterval: 30 * time.Second, MaxElapsed: 5 * time.Minute},
+			ShutdownTimeout: 5 * time.Second,
+		},
+		Symbolization: Symbolization{Mode: "local"},
+		MetricsListen: "127.0.0.1:9464",
+		LogLevel:      "info",
+	}
+}
+
+// LoadFile reads a YAML configuration over the defaults in cfg. Unknown
+// keys are errors, so a typo does not silently fall back to a default.
+func LoadFile(path string, cfg *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	return parseYAML(data, cfg)
+}
+
+func parseYAML(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty file is no document: io.EOF, and the defaults stand.
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("parse config: %s", oneLine(err.Error()))
+	}
+	return nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// Validate checks cfg and returns the first problem as a user-facing error.
+func (c *Config) Validate() error {
+	if c.Frequency < 1 || c.Frequency > 100000 {
+		return fmt.Errorf("frequency %d out of range 1..100000", c.Frequency)
+	}
+	if c.OffCPU {
+		return errors.New("off-cpu: off-CPU sampling is not available in this build yet")
+	}
+	for _, pid := range c.Processes.PIDs {
+		if pid <= 0 {
+			return fmt.Errorf("processes: not a process id: %d", pid)
+		}
+	}
+	for _, e := range c.Processes.Executables {
+		if e == "" || strings.Contains(e, "/") {
+			return fmt.Errorf("processes: executable %q: want a base name", e)
+		}
+	}
+	if err := c.Export.validate(); err != nil {
+		return err
+	}
+	switch c.Symbolization.Mode {
+	case "local":
+	default:
+		return fmt.Errorf("symbolization mode %q: only \"local\" is supported", c.Symbolization.Mode)
+	}
+	for _, u := range c.Symbolization.DebuginfodURLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("debuginfod URL %q: want http:// or https://", u)
+		}
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return fmt.Errorf("metrics listen address %q: want HOST:PORT", c.MetricsListen)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return nil
+}
+
+func (e *Export) validate() error {
+	if len(e.Endpoints) == 0 {
+		return errors.New("export: no endpoint")
+	}
+	seen := map[string]bool{}
+	for _, ep := range e.Endpoints {
+		if strings.Contains(ep, "://") {
+			return fmt.Errorf("endpoint %q: want HOST:PORT without a scheme (plaintext is --insecure)", ep)
+		}
+		host, port, err := net.SplitHostPort(ep)
+		if err != nil || host == "" || port == "" {
+			return fmt.Errorf("endpoint %q: want HOST:PORT", ep)
+		}
+		if seen[ep] {
+			return fmt.Errorf("endpoint %q listed twice", ep)
+		}
+		seen[ep] = true
+	}
+	for k := range e.Headers {
+		if !validHeaderName(k) {
+			return fmt.Errorf("header %q: want letters, digits, '-', '_' or '.'", k)
+		}
+	}
+	switch e.Compression {
+	case "gzip", "none":
+	default:
+		return fmt.Errorf("compression %q: want gzip or none", e.Compression)
+	}
+	if e.TLS.Insecure && (e.TLS.CAFile != "" || e.TLS.CertFile != "") {
+		return errors.New("tls: insecure excludes ca_file and cert_file")
+	}
+	if (e.TLS.CertFile == "") != (e.TLS.KeyFile == "") {
+		return errors.New("tls: cert_file and key_file go together")
+	}
+	for _, f := range []string{e.TLS.CAFile, e.TLS.CertFile, e.TLS.KeyFile} {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("tls: %s: %w", f, errors.Unwrap(err))
+		}
+	}
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"report interval", e.ReportInterval},
+		{"export timeout", e.Timeout},
+		{"retry initial interval", e.Retry.InitialInterval},
+		{"retry max interval", e.Retry.MaxInterval},
+		{"shutdown timeout", e.ShutdownTimeout},
+	}
+	for _, d := range durations {
+		if d.d <= 0 {
+			return fmt.Errorf("%s must be positive, got %v", d.name, d.d)
+		}
+	}
+	if e.ReportInterval < 100*time.Millisecond {
+		return fmt.Errorf("report interval %v is below the 100ms minimum", e.ReportInterval)
+	}
+	if e.Retry.MaxElapsed < 0 {
+		return fmt.Errorf("retry max elapsed must not be negative, got %v", e.Retry.MaxElapsed)
+	}
+	if e.Retry.MaxInterval < e.Retry.InitialInterval {
+		return fmt.Errorf("retry max interval %v is below the initial interval %v", e.Retry.MaxInterval, e.Retry.InitialInterval)
+	}
+	if e.QueueSize < 1 {
+		return fmt.Errorf("queue size must be at least 1, got %d", e.QueueSize)
+	}
+	return nil
+}
+
+// validHeaderName accepts what gRPC metadata keys allow (they are sent
+// lowercased).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}

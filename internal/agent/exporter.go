@@ -1,0 +1,374 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/spanprof/spanprof/internal/export/otlp"
+	"github.com/spanprof/spanprof/internal/profile"
+)
+
+// Exporter sends profiles to one collector. Enqueue never blocks: batches
+// wait in a bounded queue while one is in flight, and a full queue drops
+// its oldest batch (a profiler's recent past is worth more than a stale
+// one), counting it. Retryable failures back off exponentially.
+type Exporter struct {
+	endpoint string
+	conn     *grpc.ClientConn
+	client   pprofileotlp.GRPCClient
+	md       metadata.MD
+	cfg      Export
+	m        *Metrics
+	log      *slog.Logger
+
+	// ctx ends sending: at the shutdown deadline, or at once on Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	wake   chan struct{}
+	// flushing is closed when Shutdown begins, to cut a backoff short.
+	flushing chan struct{}
+
+	mu       sync.Mutex
+	queue    []*profile.Profile
+	draining bool
+	// Queue-full drops are logged at most once a minute, with a count.
+	dropLogged time.Time
+	dropsQuiet int
+}
+
+// NewExporter dials endpoint lazily (gRPC connects on the first request)
+// and starts the sending goroutine.
+func NewExporter(endpoint string, cfg Export, m *Metrics, log *slog.Logger) (*Exporter, error) {
+	creds, err := transportCredentials(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// gRPC's own reconnect backoff grows to two minutes by default;
+		// keep it within the export retry's so a collector that comes
+		// back is seen by the next retry.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  cfg.Retry.InitialInterval,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   cfg.Retry.MaxInterval,
+			},
+			MinConnectTimeout: cfg.Timeout,
+		}),
+	}
+	if cfg.Compression == "gzip" {
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
+	}
+	conn, err := grpc.NewClient(endpoint, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create gRPC client for %s: %w", endpoint, err)
+	}
+	md := metadata.MD{}
+	for k, v := range cfg.Headers {
+		md.Set(strings.ToLower(k), v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Exporter{
+		endpoint: endpoint,
+		conn:     conn,
+		client:   pprofileotlp.NewGRPCClient(conn),
+		md:       md,
+		cfg:      cfg,
+		m:        m,
+		log:      log.With("endpoint", endpoint),
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		flushing: make(chan struct{}),
+	}
+	m.queueLength.WithLabelValues(endpoint).Set(0)
+	go e.loop()
+	return e, nil
+}
+
+func transportCredentials(c TLS) (credentials.TransportCredentials, error) {
+	if c.Insecure {
+		return insecure.NewCredentials(), nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("read CA file %s: no PEM certificate in it", c.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(tc), nil
+}
+
+// Endpoint returns the collector address.
+func (e *Exporter) Endpoint() string { return e.endpoint }
+
+// Enqueue queues p for sending. After Shutdown began it drops p.
+func (e *Exporter) Enqueue(p *profile.Profile) {
+	e.mu.Lock()
+	if e.draining {
+		e.mu.Unlock()
+		e.m.drop(e.endpoint, DropShutdown, len(p.Samples))
+		return
+	}
+	var dropped *profile.Profile
+	if len(e.queue) >= e.cfg.QueueSize {
+		dropped = e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+	}
+	e.queue = append(e.queue, p)
+	e.m.queueLength.WithLabelValues(e.endpoint).Set(float64(len(e.queue)))
+	logDrops := 0
+	if dropped != nil {
+		e.dropsQuiet++
+		if time.Since(e.dropLogged) >= time.Minute {
+			logDrops, e.dropsQuiet, e.dropLogged = e.dropsQuiet, 0, time.Now()
+		}
+	}
+	e.mu.Unlock()
+	if dropped != nil {
+		e.m.drop(e.endpoint, DropQueueFull, len(dropped.Samples))
+	}
+	if logDrops > 0 {
+		e.log.Warn("export queue full, dropping the oldest batches", "dropped_batches", logDrops, "queue_size", e.cfg.QueueSize)
+	}
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// QueueLen returns how many batches wait, not counting the one in flight.
+func (e *Exporter) QueueLen() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.queue)
+}
+
+// Shutdown sends what is queued until ctx ends, then drops the rest
+// (counted) and closes the connection.
+func (e *Exporter) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	if !e.draining {
+		e.draining = true
+		close(e.flushing)
+	}
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	var err error
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		e.cancel()
+		<-e.done
+		err = fmt.Errorf("flush to %s: %w", e.endpoint, ctx.Err())
+	}
+	e.cancel()
+	e.mu.Lock()
+	rest := e.queue
+	e.queue = nil
+	e.m.queueLength.WithLabelValues(e.endpoint).Set(0)
+	e.mu.Unlock()
+	for _, p := range rest {
+		e.m.drop(e.endpoint, DropShutdown, len(p.Samples))
+	}
+	if len(rest) > 0 {
+		e.log.Warn("dropped unsent batches at shutdown", "batches", len(rest))
+	}
+	if cerr := e.conn.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close connection to %s: %w", e.endpoint, cerr)
+	}
+	return err
+}
+
+func (e *Exporter) loop() {
+	defer close(e.done)
+	for {
+		p, ok := e.next()
+		if !ok {
+			return
+		}
+		e.deliver(p)
+	}
+}
+
+// next takes the oldest batch, waiting for one; false once draining has
+// emptied the queue or sending was cancelled.
+func (e *Exporter) next() (*profile.Profile, bool) {
+	for {
+		if e.ctx.Err() != nil {
+			return nil, false
+		}
+		e.mu.Lock()
+		if len(e.queue) > 0 {
+			p := e.queue[0]
+			e.queue[0] = nil
+			e.queue = e.queue[1:]
+			e.m.queueLength.WithLabelValues(e.endpoint).Set(float64(len(e.queue)))
+			e.mu.Unlock()
+			return p, true
+		}
+		draining := e.draining
+		e.mu.Unlock()
+		if draining {
+			return nil, false
+		}
+		select {
+		case <-e.wake:
+		case <-e.ctx.Done():
+		}
+	}
+}
+
+// deliver sends p, retrying retryable failures with exponential backoff
+// until it is accepted, refused, out of time, or sending is cancelled.
+func (e *Exporter) deliver(p *profile.Profile) {
+	n := len(p.Samples)
+	start := time.Now()
+	wait := e.cfg.Retry.InitialInterval
+	flushing := e.flushing
+	for attempt := 1; ; attempt++ {
+		err := e.send(p)
+		if err == nil {
+			e.m.exportedBatches.WithLabelValues(e.endpoint).Inc()
+			e.m.exportedSamples.WithLabelValues(e.endpoint).Add(float64(n))
+			if attempt > 1 {
+				e.log.Info("export succeeded after retries", "attempts", attempt, "samples", n)
+			}
+			return
+		}
+		if e.ctx.Err() != nil {
+			e.m.drop(e.endpoint, DropShutdown, n)
+			e.log.Warn("export cancelled at shutdown", "samples", n, "error", err)
+			return
+		}
+		delay, retry := retryable(err)
+		if !retry {
+			e.m.drop(e.endpoint, DropRejected, n)
+			e.log.Error("collector refused batch", "samples", n, "error", err)
+			return
+		}
+		if delay == 0 {
+			delay = jitter(wait)
+			wait = min(2*wait, e.cfg.Retry.MaxInterval)
+		}
+		if limit := e.cfg.Retry.MaxElapsed; limit > 0 && time.Since(start)+delay > limit {
+			e.m.drop(e.endpoint, DropRetriesExhausted, n)
+			e.log.Error("export failed, giving up on batch", "attempts", attempt, "samples", n, "error", err)
+			return
+		}
+		lvl := slog.LevelDebug
+		if attempt == 1 {
+			lvl = slog.LevelWarn
+		}
+		e.log.Log(e.ctx, lvl, "export failed, will retry", "attempt", attempt, "retry_in", delay, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-flushing:
+			// Shutting down: try again at once, then back off afresh
+			// within what is left of the deadline.
+			t.Stop()
+			flushing = nil
+			wait = e.cfg.Retry.InitialInterval
+		case <-e.ctx.Done():
+			t.Stop()
+			e.m.drop(e.endpoint, DropShutdown, n)
+			return
+		}
+	}
+}
+
+// send makes one export request. The request is built afresh every
+// attempt because marshalling pdata mutates it.
+func (e *Exporter) send(p *profile.Profile) error {
+	req := pprofileotlp.NewExportRequestFromProfiles(otlp.Build(p))
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.Timeout)
+	defer cancel()
+	if len(e.md) > 0 {
+		ctx = metadata.NewOutgoingContext(ctx, e.md)
+	}
+	t0 := time.Now()
+	resp, err := e.client.Export(ctx, req)
+	e.m.exportDuration.WithLabelValues(e.endpoint).Observe(time.Since(t0).Seconds())
+	result := "success"
+	if err != nil {
+		result = status.Code(err).String()
+	}
+	e.m.exportRequests.WithLabelValues(e.endpoint, result).Inc()
+	if err != nil {
+		return err
+	}
+	if ps := resp.PartialSuccess(); ps.RejectedProfiles() > 0 || ps.ErrorMessage() != "" {
+		e.m.rejectedProfiles.WithLabelValues(e.endpoint).Add(float64(ps.RejectedProfiles()))
+		e.log.Warn("collector accepted the batch in part", "rejected_profiles", ps.RejectedProfiles(), "message", ps.ErrorMessage())
+	}
+	return nil
+}
+
+// retryable reports whether err is worth retrying, per the OTLP
+// specification's list of retryable gRPC codes, and the delay the server
+// asked for (RetryInfo), if any.
+func retryable(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, !errors.Is(err, context.Canceled)
+	}
+	switch st.Code() {
+	case codes.Canceled, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted,
+		codes.OutOfRange, codes.Unavailable, codes.DataLoss:
+	default:
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, true
+}
+
+// jitter spreads retries of many agents: d ± 20 %.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}

@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Drop reasons of exported batches, the reason label of
+// spanprof_export_dropped_*_total.
+const (
+	DropQueueFull        = "queue_full"        // the queue was full; the oldest batch made room
+	DropRetriesExhausted = "retries_exhausted" // retried for retry.max_elapsed
+	DropRejected         = "rejected"          // the collector refused it with a non-retryable code
+	DropShutdown         = "shutdown"          // still unsent when the shutdown deadline passed
+	DropBuild            = "build"             // could not be turned into a request
+)
+
+// Metrics are the agent's self-metrics. The zero registry (nil) keeps them
+// unregistered, so tests and embedders pay nothing.
+type Metrics struct {
+	exportRequests   *prometheus.CounterVec
+	exportDuration   *prometheus.HistogramVec
+	exportedBatches  *prometheus.CounterVec
+	exportedSamples  *prometheus.CounterVec
+	rejectedProfiles *prometheus.CounterVec
+	queueLength      *prometheus.GaugeVec
+	droppedBatches   *prometheus.CounterVec
+	droppedSamples   *prometheus.CounterVec
+	reports          prometheus.Counter
+	reportSamples    prometheus.Counter
+	buildDuration    prometheus.Histogram
+	filtered         prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg when reg is
+// not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		exportRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spanprof_export_requests_total",
+			Help: "OTLP export attempts by endpoint and result (success or the gRPC code).",
+		}, []string{"endpoint", "result"}),
+		exportDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "spanprof_export_duration_seconds",
+			Help:    "Latency of OTLP export attempts.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"endpoint"}),
+		exportedBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spanprof_export_batches_total",
+			Help: "Batches the collector accepted.",
+		}, []string{"endpoint"}),
+		exportedSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spanprof_export_samples_total",
+			Help: "Samples (events) in batches the collector accepted.",
+		}, []string{"endpoint"}),
+		rejectedProfiles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spanprof_export_rejected_profiles_total",
+			Help: "Profiles the collector reported as rejected in a partial success.",
+		}, []string{"endpoint"}),
+		queueLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spanprof_export_queue_length",
+			Help: "Batches waiting to be sent, not counting the one in flight.",
+		}, []string{"endpoint"}),
+		droppedBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spanprof_export_dropped_batches_total",
+			Help: "Batches never delivered, by reason.",
+		}, []string{"endpoint", "reason"}),
+		droppedSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spanprof_export_dropped_samples_total",
+			Help: "Samples in batches never delivered, by reason.",
+		}, []string{"endpoint", "reason"}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spanprof_reports_total",
+			Help: "Profiles built (one per report interval with samples).",
+		}),
+		reportSamples: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spanprof_report_samples_total",
+			Help: "Samples put into built profiles.",
+		}),
+		buildDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "spanprof_report_build_seconds",
+			Help:    "Time to symbolize and build one profile.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		filtered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "spanprof_samples_filtered_total",
+			Help: "Samples of processes outside the configured executables, discarded by design.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.exportRequests, m.exportDuration, m.exportedBatches, m.exportedSamples,
+			m.rejectedProfiles, m.queueLength, m.droppedBatches, m.droppedSamples,
+			m.reports, m.reportSamples, m.buildDuration, m.filtered)
+	}
+	return m
+}
+
+func (m *Metrics) drop(endpoint, reason string, samples int) {
+	m.droppedBatches.WithLabelValues(endpoint, reason).Inc()
+	m.droppedSamples.WithLabelValues(endpoint, reason).Add(float64(samples))
+}
+
+// counterCollector exposes cumulative counters read at scrape time: the
+// sampler's kernel and user-space counters, and the collector's count.
+type counterCollector struct {
+	read     func() (map[string]uint64, error)
+	taken    *prometheus.Desc
+	lost     *prometheus.Desc
+	errs     *prometheus.Desc
+	lastRead atomic.Pointer[map[string]uint64]
+}
+
+func newCounterCollector(read func() (map[string]uint64, error)) *counterCollector {
+	return &counterCollector{
+		read: read,
+		taken: prometheus.NewDesc("spanprof_samples_taken_total",
+			"Samples the eBPF program took.", nil, nil),
+		lost: prometheus.NewDesc("spanprof_samples_lost_total",
+			"Samples that never reached a profile, by reason (ringbuf_full, queue_full, decode, proc_events).", []string{"reason"}, nil),
+		errs: prometheus.NewDesc("spanprof_sample_errors_total",
+			"Samples kept with a part missing (stack or context read failed), by reason.", []string{"reason"}, nil),
+	}
+}
+
+func (c *counterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.taken
+	ch <- c.lost
+	ch <- c.errs
+}
+
+func (c *counterCollector) Collect(ch chan<- prometheus.Metric) {
+	counters, err := c.read()
+	if err != nil && len(counters) == 0 {
+		// A closed sampler cannot be read; serve the last values so the
+		// counters never go backwards.
+		if last := c.lastRead.Load(); last != nil {
+			counters = *last
+		}
+	} else {
+		c.lastRead.Store(&counters)
+	}
+	names := make([]string, 0, len(counters))
+	for k := range counters {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := float64(counters[k])
+		switch {
+		case k == "samples":
+			ch <- prometheus.MustNewConstMetric(c.taken, prometheus.CounterValue, v)
+		case strings.HasPrefix(k, "lost_"):
+			ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, v, strings.TrimPrefix(k, "lost_"))
+		default:
+			ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, v, k)
+		}
+	}
+}
+
+// serveMetrics serves /metrics and /healthz on addr until ctx ends. healthy
+// reports whether the agent is running and why not.
+func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, healthy func() error, log *slog.Logger) (bound string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "address", ln.Addr().String())
+	return ln.Addr().String(), func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}
