@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -241,10 +242,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	for range a.exporters {
 		err = errors.Join(err, <-errs)
 	}
+	a.logTotals()
 	if err != nil {
 		return fmt.Errorf("flush at shutdown: %w", err)
 	}
-	a.log.Info("agent stopped")
 	return nil
 }
 
@@ -345,6 +346,25 @@ func (a *Agent) stampHost(p *profile.Profile) {
 		}
 		pr.Attributes[AttrHostName] = a.hostName
 	}
+}
+
+// logTotals says at exit where every sample went.
+func (a *Agent) logTotals() {
+	args := []any{"samples_collected", a.collector.Stats().Samples}
+	if c, err := a.src.Counters(); err == nil {
+		var lost uint64
+		for k, v := range c {
+			if strings.HasPrefix(k, "lost_") {
+				lost += v
+			}
+		}
+		args = append(args, "samples_taken", c["samples"], "samples_lost", lost)
+	}
+	for _, e := range a.exporters {
+		st := e.Stats()
+		args = append(args, "endpoint", e.Endpoint(), "samples_sent", st.SentSamples, "samples_dropped", st.DroppedSamples)
+	}
+	a.log.Info("agent stopped", args...)
 }
 
 func (a *Agent) healthy() error {

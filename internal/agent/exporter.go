@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
@@ -48,6 +49,8 @@ type Exporter struct {
 	wake   chan struct{}
 	// flushing is closed when Shutdown begins, to cut a backoff short.
 	flushing chan struct{}
+
+	sentSamples, droppedSamples atomic.Uint64
 
 	mu       sync.Mutex
 	queue    []*profile.Profile
@@ -136,6 +139,21 @@ func transportCredentials(c TLS) (credentials.TransportCredentials, error) {
 	return credentials.NewTLS(tc), nil
 }
 
+// ExporterStats counts samples (events) by fate.
+type ExporterStats struct {
+	SentSamples, DroppedSamples uint64
+}
+
+// Stats returns what was sent and dropped so far.
+func (e *Exporter) Stats() ExporterStats {
+	return ExporterStats{SentSamples: e.sentSamples.Load(), DroppedSamples: e.droppedSamples.Load()}
+}
+
+func (e *Exporter) drop(reason string, samples int) {
+	e.droppedSamples.Add(uint64(samples))
+	e.drop(reason, samples)
+}
+
 // Endpoint returns the collector address.
 func (e *Exporter) Endpoint() string { return e.endpoint }
 
@@ -144,7 +162,7 @@ func (e *Exporter) Enqueue(p *profile.Profile) {
 	e.mu.Lock()
 	if e.draining {
 		e.mu.Unlock()
-		e.m.drop(e.endpoint, DropShutdown, len(p.Samples))
+		e.drop(DropShutdown, len(p.Samples))
 		return
 	}
 	var dropped *profile.Profile
@@ -164,7 +182,7 @@ func (e *Exporter) Enqueue(p *profile.Profile) {
 	}
 	e.mu.Unlock()
 	if dropped != nil {
-		e.m.drop(e.endpoint, DropQueueFull, len(dropped.Samples))
+		e.drop(DropQueueFull, len(dropped.Samples))
 	}
 	if logDrops > 0 {
 		e.log.Warn("export queue full, dropping the oldest batches", "dropped_batches", logDrops, "queue_size", e.cfg.QueueSize)
@@ -210,7 +228,7 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	e.m.queueLength.WithLabelValues(e.endpoint).Set(0)
 	e.mu.Unlock()
 	for _, p := range rest {
-		e.m.drop(e.endpoint, DropShutdown, len(p.Samples))
+		e.drop(DropShutdown, len(p.Samples))
 	}
 	if len(rest) > 0 {
 		e.log.Warn("dropped unsent batches at shutdown", "batches", len(rest))
@@ -272,19 +290,20 @@ func (e *Exporter) deliver(p *profile.Profile) {
 		if err == nil {
 			e.m.exportedBatches.WithLabelValues(e.endpoint).Inc()
 			e.m.exportedSamples.WithLabelValues(e.endpoint).Add(float64(n))
+			e.sentSamples.Add(uint64(n))
 			if attempt > 1 {
 				e.log.Info("export succeeded after retries", "attempts", attempt, "samples", n)
 			}
 			return
 		}
 		if e.ctx.Err() != nil {
-			e.m.drop(e.endpoint, DropShutdown, n)
+			e.drop(DropShutdown, n)
 			e.log.Warn("export cancelled at shutdown", "samples", n, "error", err)
 			return
 		}
 		delay, retry := retryable(err)
 		if !retry {
-			e.m.drop(e.endpoint, DropRejected, n)
+			e.drop(DropRejected, n)
 			e.log.Error("collector refused batch", "samples", n, "error", err)
 			return
 		}
@@ -293,7 +312,7 @@ func (e *Exporter) deliver(p *profile.Profile) {
 			wait = min(2*wait, e.cfg.Retry.MaxInterval)
 		}
 		if limit := e.cfg.Retry.MaxElapsed; limit > 0 && time.Since(start)+delay > limit {
-			e.m.drop(e.endpoint, DropRetriesExhausted, n)
+			e.drop(DropRetriesExhausted, n)
 			e.log.Error("export failed, giving up on batch", "attempts", attempt, "samples", n, "error", err)
 			return
 		}
@@ -313,7 +332,7 @@ func (e *Exporter) deliver(p *profile.Profile) {
 			wait = e.cfg.Retry.InitialInterval
 		case <-e.ctx.Done():
 			t.Stop()
-			e.m.drop(e.endpoint, DropShutdown, n)
+			e.drop(DropShutdown, n)
 			return
 		}
 	}
