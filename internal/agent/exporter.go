@@ -151,7 +151,7 @@ func (e *Exporter) Stats() ExporterStats {
 
 func (e *Exporter) drop(reason string, samples int) {
 	e.droppedSamples.Add(uint64(samples))
-	e.drop(reason, samples)
+	e.m.drop(e.endpoint, reason, samples)
 }
 
 // Endpoint returns the collector address.
