@@ -4,7 +4,8 @@
 /* On-CPU sampler: runs on every tick of the software CPU clock, copies the
  * user and kernel stacks (frame-pointer walk done by the kernel), the user
  * registers and the top of the user stack for the leaf fix-up, and the
- * trace context the thread runs in, into a ring buffer record. */
+ * trace context the thread runs in, into a ring buffer record. The off-CPU
+ * sampler on sched_switch (offcpu.h) fills the same record. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -323,6 +324,8 @@ int BPF_PROG(on_exit, struct task_struct *p)
 		return 0;
 	return proc_event(tgid, PROC_EXIT);
 }
+
+#include "offcpu.h"
 
 /* Referenced so the enums reach BTF and bpf2go can emit them for Go. */
 const enum sample_kind *unused_sample_kind __attribute__((unused));

@@ -26,17 +26,20 @@ const (
 type SamplerDropCounter uint32
 
 const (
-	SamplerDropCounterCNT_SAMPLES          SamplerDropCounter = 0
-	SamplerDropCounterCNT_RINGBUF_FULL     SamplerDropCounter = 1
-	SamplerDropCounterCNT_USTACK_ERR       SamplerDropCounter = 2
-	SamplerDropCounterCNT_KSTACK_ERR       SamplerDropCounter = 3
-	SamplerDropCounterCNT_STACK_TOP_ERR    SamplerDropCounter = 4
-	SamplerDropCounterCNT_CTX_READ_ERR     SamplerDropCounter = 5
-	SamplerDropCounterCNT_FILTERED         SamplerDropCounter = 6
-	SamplerDropCounterCNT_PROC_EVENTS_LOST SamplerDropCounter = 7
-	SamplerDropCounterCNT_CTX_INVALID      SamplerDropCounter = 8
-	SamplerDropCounterCNT_GO_LABELS_ERR    SamplerDropCounter = 9
-	SamplerDropCounterCNT_MAX              SamplerDropCounter = 16
+	SamplerDropCounterCNT_SAMPLES             SamplerDropCounter = 0
+	SamplerDropCounterCNT_RINGBUF_FULL        SamplerDropCounter = 1
+	SamplerDropCounterCNT_USTACK_ERR          SamplerDropCounter = 2
+	SamplerDropCounterCNT_KSTACK_ERR          SamplerDropCounter = 3
+	SamplerDropCounterCNT_STACK_TOP_ERR       SamplerDropCounter = 4
+	SamplerDropCounterCNT_CTX_READ_ERR        SamplerDropCounter = 5
+	SamplerDropCounterCNT_FILTERED            SamplerDropCounter = 6
+	SamplerDropCounterCNT_PROC_EVENTS_LOST    SamplerDropCounter = 7
+	SamplerDropCounterCNT_CTX_INVALID         SamplerDropCounter = 8
+	SamplerDropCounterCNT_GO_LABELS_ERR       SamplerDropCounter = 9
+	SamplerDropCounterCNT_OFFCPU_SAMPLES      SamplerDropCounter = 12
+	SamplerDropCounterCNT_OFFCPU_PENDING_FULL SamplerDropCounter = 13
+	SamplerDropCounterCNT_OFFCPU_STATE_ERR    SamplerDropCounter = 14
+	SamplerDropCounterCNT_MAX                 SamplerDropCounter = 16
 )
 
 type SamplerGoLabelLayout uint32
@@ -46,6 +49,17 @@ const (
 	SamplerGoLabelLayoutGO_LABELS_MAP   SamplerGoLabelLayout = 1
 	SamplerGoLabelLayoutGO_LABELS_SLICE SamplerGoLabelLayout = 2
 )
+
+type SamplerOffcpuPending struct {
+	_       structs.HostLayout
+	CycleNs uint64
+	S       SamplerStackSample
+}
+
+type SamplerOffcpuThread struct {
+	_         structs.HostLayout
+	LastOutNs uint64
+}
 
 type SamplerOtelSpanCtx struct {
 	_       structs.HostLayout
@@ -135,6 +149,9 @@ type SamplerTraceContext struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	SamplerMapCounters            = "counters"
+	SamplerMapOffcpuPending       = "offcpu_pending"
+	SamplerMapOffcpuScratch       = "offcpu_scratch"
+	SamplerMapOffcpuThreads       = "offcpu_threads"
 	SamplerMapPids                = "pids"
 	SamplerMapProcConfigs         = "proc_configs"
 	SamplerMapSamples             = "samples"
@@ -143,8 +160,11 @@ const (
 	SamplerProgOnExec             = "on_exec"
 	SamplerProgOnExit             = "on_exit"
 	SamplerProgSampleOnCpu        = "sample_on_cpu"
+	SamplerProgSchedSwitchBtf     = "sched_switch_btf"
+	SamplerProgSchedSwitchRaw     = "sched_switch_raw"
 	SamplerProgSetTraceContext    = "set_trace_context"
 	SamplerVarFilterPids          = "filter_pids"
+	SamplerVarOffcpuThresholdNs   = "offcpu_threshold_ns"
 	SamplerVarSelfTgid            = "self_tgid"
 	SamplerVarUnusedCtxSource     = "unused_ctx_source"
 	SamplerVarUnusedDropCounter   = "unused_drop_counter"
@@ -201,6 +221,8 @@ type SamplerProgramSpecs struct {
 	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnExit          *ebpf.ProgramSpec `ebpf:"on_exit"`
 	SampleOnCpu     *ebpf.ProgramSpec `ebpf:"sample_on_cpu"`
+	SchedSwitchBtf  *ebpf.ProgramSpec `ebpf:"sched_switch_btf"`
+	SchedSwitchRaw  *ebpf.ProgramSpec `ebpf:"sched_switch_raw"`
 	SetTraceContext *ebpf.ProgramSpec `ebpf:"set_trace_context"`
 }
 
@@ -209,6 +231,9 @@ type SamplerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type SamplerMapSpecs struct {
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	OffcpuPending    *ebpf.MapSpec `ebpf:"offcpu_pending"`
+	OffcpuScratch    *ebpf.MapSpec `ebpf:"offcpu_scratch"`
+	OffcpuThreads    *ebpf.MapSpec `ebpf:"offcpu_threads"`
 	Pids             *ebpf.MapSpec `ebpf:"pids"`
 	ProcConfigs      *ebpf.MapSpec `ebpf:"proc_configs"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
@@ -221,6 +246,7 @@ type SamplerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type SamplerVariableSpecs struct {
 	FilterPids          *ebpf.VariableSpec `ebpf:"filter_pids"`
+	OffcpuThresholdNs   *ebpf.VariableSpec `ebpf:"offcpu_threshold_ns"`
 	SelfTgid            *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedCtxSource     *ebpf.VariableSpec `ebpf:"unused_ctx_source"`
 	UnusedDropCounter   *ebpf.VariableSpec `ebpf:"unused_drop_counter"`
@@ -253,6 +279,9 @@ func (o *SamplerObjects) Close() error {
 // It can be passed to LoadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SamplerMaps struct {
 	Counters         *ebpf.Map `ebpf:"counters"`
+	OffcpuPending    *ebpf.Map `ebpf:"offcpu_pending"`
+	OffcpuScratch    *ebpf.Map `ebpf:"offcpu_scratch"`
+	OffcpuThreads    *ebpf.Map `ebpf:"offcpu_threads"`
 	Pids             *ebpf.Map `ebpf:"pids"`
 	ProcConfigs      *ebpf.Map `ebpf:"proc_configs"`
 	Samples          *ebpf.Map `ebpf:"samples"`
@@ -263,6 +292,9 @@ type SamplerMaps struct {
 func (m *SamplerMaps) Close() error {
 	return _SamplerClose(
 		m.Counters,
+		m.OffcpuPending,
+		m.OffcpuScratch,
+		m.OffcpuThreads,
 		m.Pids,
 		m.ProcConfigs,
 		m.Samples,
@@ -276,6 +308,7 @@ func (m *SamplerMaps) Close() error {
 // It can be passed to LoadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SamplerVariables struct {
 	FilterPids          *ebpf.Variable `ebpf:"filter_pids"`
+	OffcpuThresholdNs   *ebpf.Variable `ebpf:"offcpu_threshold_ns"`
 	SelfTgid            *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedCtxSource     *ebpf.Variable `ebpf:"unused_ctx_source"`
 	UnusedDropCounter   *ebpf.Variable `ebpf:"unused_drop_counter"`
@@ -294,6 +327,8 @@ type SamplerPrograms struct {
 	OnExec          *ebpf.Program `ebpf:"on_exec"`
 	OnExit          *ebpf.Program `ebpf:"on_exit"`
 	SampleOnCpu     *ebpf.Program `ebpf:"sample_on_cpu"`
+	SchedSwitchBtf  *ebpf.Program `ebpf:"sched_switch_btf"`
+	SchedSwitchRaw  *ebpf.Program `ebpf:"sched_switch_raw"`
 	SetTraceContext *ebpf.Program `ebpf:"set_trace_context"`
 }
 
@@ -302,6 +337,8 @@ func (p *SamplerPrograms) Close() error {
 		p.OnExec,
 		p.OnExit,
 		p.SampleOnCpu,
+		p.SchedSwitchBtf,
+		p.SchedSwitchRaw,
 		p.SetTraceContext,
 	)
 }

@@ -38,6 +38,10 @@ enum drop_counter {
 	CNT_PROC_EVENTS_LOST = 7,
 	CNT_CTX_INVALID = 8,    /* thread context record present but not valid */
 	CNT_GO_LABELS_ERR = 9,  /* goroutine labels unreadable or malformed */
+	/* Off-CPU (bpf/offcpu.h); 12 up so on-CPU additions keep 10-11. */
+	CNT_OFFCPU_SAMPLES = 12,      /* waits captured at switch-out */
+	CNT_OFFCPU_PENDING_FULL = 13, /* capture dropped: offcpu_pending full */
+	CNT_OFFCPU_STATE_ERR = 14,    /* no task storage for the thread's clock */
 	CNT_MAX = 16,
 };
 
@@ -113,6 +117,22 @@ struct stack_sample {
 	__u8 stack_top[STACK_TOP_BYTES];
 	__u64 user_stack[MAX_USER_FRAMES];
 	__u64 kern_stack[MAX_KERN_FRAMES];
+};
+
+/* Off-CPU sampling clock of one thread (task storage): the time of its
+ * previous blocking switch-out, which sets the probability of capturing the
+ * next one (see bpf/offcpu.h). */
+struct offcpu_thread {
+	__u64 last_out_ns;
+};
+
+/* A wait captured at switch-out, completed and emitted at switch-in. */
+struct offcpu_pending {
+	/* Time since the thread's previous blocking switch-out, capped at the
+	 * threshold: the wait was captured with probability
+	 * cycle_ns / offcpu_threshold_ns. */
+	__u64 cycle_ns;
+	struct stack_sample s;
 };
 
 enum proc_event_kind {

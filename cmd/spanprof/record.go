@@ -41,8 +41,10 @@ type recordFlags struct {
 	duration  time.Duration
 	frequency int
 	offCPU    bool
-	output    string
-	verbose   bool
+	// offCPUThreshold tunes off-CPU sampling (sampler.OffCPUOptions).
+	offCPUThreshold time.Duration
+	output          string
+	verbose         bool
 }
 
 func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
@@ -54,6 +56,8 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to record")
 	fs.IntVar(&f.frequency, "frequency", 99, "on-CPU samples per second per CPU")
 	fs.BoolVar(&f.offCPU, "off-cpu", false, "also record off-CPU time (sched_switch)")
+	fs.DurationVar(&f.offCPUThreshold, "off-cpu-threshold", sampler.DefaultOffCPUThreshold,
+		"off-CPU sampling: threads switching out less often than this are recorded exactly, others in proportion, with unbiased weights; 1ns records every wait")
 	fs.StringVar(&f.output, "output", "", "write to FILE; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +74,9 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	}
 	if f.duration <= 0 {
 		return nil, fmt.Errorf("--duration must be positive, got %v", f.duration)
+	}
+	if f.offCPUThreshold <= 0 || f.offCPUThreshold > sampler.MaxOffCPUThreshold {
+		return nil, fmt.Errorf("--off-cpu-threshold %v out of range 1ns..%v", f.offCPUThreshold, sampler.MaxOffCPUThreshold)
 	}
 	if f.output != "" {
 		if _, err := export.FormatFor(f.output); err != nil {
@@ -106,10 +113,10 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if f.offCPU {
-		return errors.New("--off-cpu: off-CPU sampling is not available in this build yet")
-	}
-	s, err := sampler.New(sampler.Options{Frequency: f.frequency, PIDs: f.pids, Logger: log})
+	s, err := sampler.New(sampler.Options{
+		Frequency: f.frequency, PIDs: f.pids, Logger: log,
+		OffCPU: sampler.OffCPUOptions{Enabled: f.offCPU, Threshold: f.offCPUThreshold},
+	})
 	if err != nil {
 		return err
 	}
@@ -135,7 +142,11 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 	if len(f.pids) > 0 {
 		target = fmt.Sprintf("pid %v", []int(f.pids))
 	}
-	fmt.Fprintf(stderr, "spanprof: recording %s at %d Hz for %v (Ctrl-C stops early)\n", target, f.frequency, f.duration)
+	what := fmt.Sprintf("%d Hz", f.frequency)
+	if f.offCPU {
+		what += fmt.Sprintf(" and off-CPU (threshold %v)", f.offCPUThreshold)
+	}
+	fmt.Fprintf(stderr, "spanprof: recording %s at %s for %v (Ctrl-C stops early)\n", target, what, f.duration)
 
 	timer := time.NewTimer(f.duration)
 	defer timer.Stop()

@@ -176,6 +176,10 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 			s.State = string(rune(r.state))
 		}
 		s.Frames = b.frames(r.pid, r.kern, r.user)
+		if r.kind == profile.OffCPU {
+			s.Frames = trimTracing(s.Frames)
+			s.Reason = WaitReason(s.Frames)
+		}
 		prof.Samples = append(prof.Samples, s)
 	}
 	return prof

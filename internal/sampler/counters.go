@@ -12,13 +12,16 @@ var unsafeSizeofPerfAttr = unsafe.Sizeof(unix.PerfEventAttr{})
 
 // counterNames names the kernel counters in the order of enum drop_counter.
 var counterNames = map[bpf.SamplerDropCounter]string{
-	bpf.SamplerDropCounterCNT_SAMPLES:          "samples",
-	bpf.SamplerDropCounterCNT_RINGBUF_FULL:     "lost_ringbuf_full",
-	bpf.SamplerDropCounterCNT_USTACK_ERR:       "user_stack_error",
-	bpf.SamplerDropCounterCNT_KSTACK_ERR:       "kernel_stack_error",
-	bpf.SamplerDropCounterCNT_STACK_TOP_ERR:    "stack_top_read_error",
-	bpf.SamplerDropCounterCNT_CTX_READ_ERR:     "context_read_error",
-	bpf.SamplerDropCounterCNT_PROC_EVENTS_LOST: "lost_proc_events",
+	bpf.SamplerDropCounterCNT_SAMPLES:             "samples",
+	bpf.SamplerDropCounterCNT_RINGBUF_FULL:        "lost_ringbuf_full",
+	bpf.SamplerDropCounterCNT_USTACK_ERR:          "user_stack_error",
+	bpf.SamplerDropCounterCNT_KSTACK_ERR:          "kernel_stack_error",
+	bpf.SamplerDropCounterCNT_STACK_TOP_ERR:       "stack_top_read_error",
+	bpf.SamplerDropCounterCNT_CTX_READ_ERR:        "context_read_error",
+	bpf.SamplerDropCounterCNT_PROC_EVENTS_LOST:    "lost_proc_events",
+	bpf.SamplerDropCounterCNT_OFFCPU_SAMPLES:      "offcpu_samples",
+	bpf.SamplerDropCounterCNT_OFFCPU_PENDING_FULL: "lost_offcpu_pending_full",
+	bpf.SamplerDropCounterCNT_OFFCPU_STATE_ERR:    "lost_offcpu_no_state",
 }
 
 // Counters returns the kernel counters summed over CPUs and the user-space

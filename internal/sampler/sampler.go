@@ -36,7 +36,9 @@ type Options struct {
 	PIDs []int
 	// Queue is the capacity of the hand-off channel; records beyond it
 	// are dropped and counted.
-	Queue  int
+	Queue int
+	// OffCPU enables and tunes off-CPU sampling on sched_switch.
+	OffCPU OffCPUOptions
 	Logger *slog.Logger
 	Clock  *clock.Converter
 }
@@ -50,6 +52,7 @@ type Sampler struct {
 	perf   []int
 	reader *ringbuf.Reader
 	freq   int
+	offCPU bool
 
 	records chan *Record
 	procs   chan ProcEvent
@@ -75,6 +78,9 @@ func New(opts Options) (*Sampler, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.NewConverter()
 	}
+	if err := opts.OffCPU.validate(); err != nil {
+		return nil, err
+	}
 	if err := Preflight(); err != nil {
 		return nil, err
 	}
@@ -86,6 +92,9 @@ func New(opts Options) (*Sampler, error) {
 	}
 	if err := spec.Variables[bpf.SamplerVarSelfTgid].Set(uint32(os.Getpid())); err != nil {
 		return nil, fmt.Errorf("set self_tgid: %w", err)
+	}
+	if err := setOffCPUSpec(spec, opts.OffCPU); err != nil {
+		return nil, err
 	}
 	if len(opts.PIDs) > 0 {
 		if err := spec.Variables[bpf.SamplerVarFilterPids].Set(uint8(1)); err != nil {
@@ -132,6 +141,7 @@ func New(opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	s.freq = opts.Frequency
+	s.offCPU = opts.OffCPU.Enabled
 	s.reader, err = ringbuf.NewReader(s.objs.Samples)
 	if err != nil {
 		s.Close()
@@ -154,10 +164,16 @@ func (s *Sampler) attachTracepoints() error {
 	return nil
 }
 
-// Start attaches the on-CPU program to the CPU clock of every online CPU.
-// New leaves it detached so that per-process configuration can be written
-// before the first sample.
+// Start attaches the on-CPU program to the CPU clock of every online CPU,
+// and the off-CPU program to sched_switch when enabled. New leaves them
+// detached so that per-process configuration can be written before the
+// first sample.
 func (s *Sampler) Start() error {
+	if s.offCPU {
+		if err := s.attachOffCPU(); err != nil {
+			return err
+		}
+	}
 	freq := s.freq
 	cpus, err := OnlineCPUs()
 	if err != nil {

@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Off-CPU sampling on sched_switch: where a thread waits (its kernel and
+ * user stacks and trace context, captured when it switches out), for how
+ * long (emitted when it switches back in), and in which state (S or D).
+ * Included by sampler.bpf.c after fill_user() and read_trace_context().
+ *
+ * Why sample, and how the estimate stays unbiased
+ * -----------------------------------------------
+ * Copying two stacks on every context switch is what libbpf-tools offcputime
+ * does and costs several microseconds per switch. The duration of a wait is
+ * unknown when the thread switches out, which is the only moment its user
+ * stack and trace context can be read (at switch-in the CPU runs the
+ * previous task's address space). So the decision is taken at switch-out
+ * from what is known then: the thread's cycle c, the time since its
+ * previous blocking switch-out (its previous wait plus the run since). With
+ * threshold T the wait is captured with probability
+ *
+ *     q = min(1, c / T)
+ *
+ * and emitted at switch-in with value d / q (Horvitz-Thompson): since the
+ * coin is drawn independently of d, E[1{captured} * d / q] = d for every
+ * wait, so sums per stack, per span or per thread are unbiased. Threads that
+ * switch less often than once per T (the ones with long waits) are recorded
+ * exactly; a thread is captured at most about 1/T times per second whatever
+ * its switch rate, because the cycles of its waits add up to at most the
+ * elapsed time. The cost per switch of the switch-heavy threads is then one
+ * task-storage update and one hash lookup, plus a full capture on a fraction
+ * c/T of their switches.
+ *
+ * Preemptions (prev_state TASK_RUNNING, or the preempt flag) are not waits:
+ * the thread stayed runnable, so they are neither emitted nor counted in a
+ * cycle. Kernel threads are skipped: their idle waits are not a span's. */
+#ifndef SPANPROF_OFFCPU_H
+#define SPANPROF_OFFCPU_H
+
+#define OFFCPU_TASK_INTERRUPTIBLE 0x1
+#define OFFCPU_TASK_UNINTERRUPTIBLE 0x2
+
+/* Set by the agent before load (--off-cpu-threshold); at most 2^32 ns so
+ * that the integer coin below cannot overflow. */
+volatile const __u64 offcpu_threshold_ns = 1000000;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_thread);
+} offcpu_threads SEC(".maps");
+
+/* Captured waits in progress, by thread id. Keyed by tid, not task storage:
+ * at switch-in the raw-tracepoint fallback only has an untrusted pointer to
+ * the next task. Allocated on use, so only threads blocked right now that
+ * were captured take memory. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct offcpu_pending);
+} offcpu_pending SEC(".maps");
+
+/* Room to build a capture: it is too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_pending);
+} offcpu_scratch SEC(".maps");
+
+/* offcpu_weighted returns d * T / c without overflowing for any d that
+ * fits: c < T <= 2^32, so (d % c) * T < 2^64. */
+static __always_inline __u64 offcpu_weighted(__u64 d, __u64 cycle)
+{
+	__u64 t = offcpu_threshold_ns;
+
+	if (cycle >= t)
+		return d;
+	return d / cycle * t + (d % cycle) * t / cycle;
+}
+
+/* offcpu_sampled draws the coin of probability min(1, cycle / T). */
+static __always_inline int offcpu_sampled(__u64 cycle)
+{
+	__u64 t = offcpu_threshold_ns;
+
+	if (cycle >= t)
+		return 1;
+	/* u < 2^32 * cycle / T, with u uniform on [0, 2^32). */
+	return (__u64)bpf_get_prandom_u32() * t < (cycle << 32);
+}
+
+static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, __u64 pid_tgid,
+					   __u64 now, __u64 cycle, char state)
+{
+	struct offcpu_pending *p;
+	struct stack_sample *s;
+	__u32 zero = 0, tid = (__u32)pid_tgid;
+	long n;
+
+	p = bpf_map_lookup_elem(&offcpu_scratch, &zero);
+	if (!p)
+		return;
+	s = &p->s;
+	p->cycle_ns = cycle;
+	s->ktime_ns = now;
+	s->value = 0;
+	s->pid = pid_tgid >> 32;
+	s->tid = tid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->kind = SAMPLE_OFF_CPU;
+	s->ctx_source = CTX_NONE;
+	s->state = state;
+	s->pad0 = 0;
+	s->pad1 = 0;
+	s->user_ip = 0;
+	s->user_sp = 0;
+	s->user_bp = 0;
+	s->stack_top_len = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
+	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
+
+	/* The thread is still current: its registers, stack and TLS are the
+	 * ones it will resume with. */
+	fill_user(s, task);
+	read_trace_context(s, task, pid_tgid);
+	n = bpf_get_stack(ctx, s->kern_stack, sizeof(s->kern_stack), 0);
+	if (n < 0) {
+		count(CNT_KSTACK_ERR);
+		s->kern_frames = n;
+	} else {
+		s->kern_frames = n / sizeof(__u64);
+	}
+	n = bpf_get_stack(ctx, s->user_stack, sizeof(s->user_stack), BPF_F_USER_STACK);
+	if (n < 0) {
+		count(CNT_USTACK_ERR);
+		s->user_frames = n;
+	} else {
+		s->user_frames = n / sizeof(__u64);
+	}
+	if (bpf_map_update_elem(&offcpu_pending, &tid, p, BPF_ANY)) {
+		count(CNT_OFFCPU_PENDING_FULL);
+		return;
+	}
+	count(CNT_OFFCPU_SAMPLES);
+}
+
+/* offcpu_switch_out runs in the context of the thread leaving the CPU. */
+static __always_inline void offcpu_switch_out(void *ctx, bool preempt, __u64 now)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task;
+	struct offcpu_thread *st;
+	unsigned int prev_state;
+	__u64 cycle;
+	char state;
+
+	if (preempt || !wanted(pid_tgid >> 32))
+		return;
+	task = bpf_get_current_task_btf();
+	/* The prev_state argument only exists from 5.18; the field holds the
+	 * same value at the tracepoint. */
+	prev_state = BPF_CORE_READ(task, __state);
+	if (prev_state & OFFCPU_TASK_UNINTERRUPTIBLE)
+		state = 'D';
+	else if (prev_state & OFFCPU_TASK_INTERRUPTIBLE)
+		state = 'S';
+	else
+		return; /* runnable (yield), stopped, traced or dying */
+	if (!BPF_CORE_READ(task, mm))
+		return;
+
+	st = bpf_task_storage_get(&offcpu_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(CNT_OFFCPU_STATE_ERR);
+		return;
+	}
+	/* A thread seen for the first time has no known cycle: capture it. */
+	cycle = st->last_out_ns ? now - st->last_out_ns : offcpu_threshold_ns;
+	st->last_out_ns = now;
+	if (cycle == 0)
+		cycle = 1;
+	if (!offcpu_sampled(cycle))
+		return;
+	offcpu_capture(ctx, task, pid_tgid, now, cycle, state);
+}
+
+/* offcpu_switch_in completes a captured wait of the thread taking the CPU. */
+static __always_inline void offcpu_switch_in(struct task_struct *next, __u64 now)
+{
+	struct offcpu_pending *p;
+	__u32 tid = BPF_CORE_READ(next, pid);
+
+	if (tid == 0)
+		return; /* idle */
+	p = bpf_map_lookup_elem(&offcpu_pending, &tid);
+	if (!p)
+		return;
+	p->s.value = offcpu_weighted(now - p->s.ktime_ns, p->cycle_ns);
+	if (bpf_ringbuf_output(&samples, &p->s, sizeof(p->s), 0))
+		count(CNT_RINGBUF_FULL);
+	bpf_map_delete_elem(&offcpu_pending, &tid);
+}
+
+static __always_inline int offcpu_switch(void *ctx, bool preempt, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	offcpu_switch_out(ctx, preempt, now);
+	offcpu_switch_in(next, now);
+	return 0;
+}
+
+/* tp_btf needs no tracefs and gives typed arguments. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return offcpu_switch(ctx, preempt, next);
+}
+
+/* Fallback for kernels that cannot attach tp_btf to sched_switch. */
+SEC("raw_tp/sched_switch")
+int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return offcpu_switch(ctx, preempt, next);
+}
+
+#endif
