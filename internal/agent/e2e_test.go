@@ -43,16 +43,47 @@ func run(t *testing.T, dir string, name string, args ...string) {
 	}
 }
 
-// buildTestCollector returns the path of the test collector binary.
-func buildTestCollector(t *testing.T, root, dir string) string {
+// testCollector is the test collector binary, built once per test run.
+var testCollector struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testCollector.dir != "" {
+		os.RemoveAll(testCollector.dir)
+	}
+	os.Exit(code)
+}
+
+// buildTestCollector returns the path of the test collector binary:
+// SPANPROF_TESTCOL, or test/collector built into a temporary directory.
+func buildTestCollector(t *testing.T, root string) string {
+	t.Helper()
 	if p := os.Getenv("SPANPROF_TESTCOL"); p != "" {
 		return p
 	}
-	bin := filepath.Join(dir, "spanprof-testcol")
-	start := time.Now()
-	run(t, filepath.Join(root, "test", "collector"), "go", "build", "-o", bin, ".")
-	t.Logf("built the test collector in %v", time.Since(start).Round(time.Second))
-	return bin
+	tc := &testCollector
+	tc.once.Do(func() {
+		if tc.dir, tc.err = os.MkdirTemp("", "spanprof-testcol"); tc.err != nil {
+			return
+		}
+		tc.path = filepath.Join(tc.dir, "spanprof-testcol")
+		start := time.Now()
+		cmd := exec.Command("go", "build", "-o", tc.path, ".")
+		cmd.Dir = filepath.Join(root, "test", "collector")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tc.err = fmt.Errorf("build test collector: %v\n%s", err, out)
+			return
+		}
+		t.Logf("built the test collector in %v", time.Since(start).Round(time.Second))
+	})
+	if tc.err != nil {
+		t.Fatal(tc.err)
+	}
+	return tc.path
 }
 
 // syncBuffer collects a process's output for inspection while it runs.
@@ -201,7 +232,7 @@ func TestAgentE2E(t *testing.T) {
 	}
 	root := repoRoot(t)
 	dir := t.TempDir()
-	col := buildTestCollector(t, root, dir)
+	col := buildTestCollector(t, root)
 	bin := filepath.Join(dir, "spanprof")
 	run(t, root, "go", "build", "-o", bin, "./cmd/spanprof")
 	run(t, root, "make", "-C", "testdata/fixtures")

@@ -1,6 +1,6 @@
 // Command spanprof-testcol is a minimal OpenTelemetry Collector for
-// spanprof's integration tests: the core OTLP receiver, the core debug
-// exporter and a profiles-to-file exporter, assembled from the collector's
+// spanprof's integration tests: the core OTLP receiver, the core debug and
+// OTLP/gRPC exporters and a profiles-to-file exporter, assembled from the collector's
 // Go modules so the tests run against the real receiver and pipeline code.
 //
 // Profiles pipelines need the alpha feature gate:
@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
 	"go.opentelemetry.io/collector/exporter"
 	"go.opentelemetry.io/collector/exporter/debugexporter"
+	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
@@ -33,7 +34,7 @@ func components() (otelcol.Factories, error) {
 	if f.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](otlpreceiver.NewFactory()); err != nil {
 		return f, err
 	}
-	if f.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](debugexporter.NewFactory(), fileexporter.NewFactory()); err != nil {
+	if f.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](debugexporter.NewFactory(), otlpexporter.NewFactory(), fileexporter.NewFactory()); err != nil {
 		return f, err
 	}
 	f.Telemetry = otelconftelemetry.NewFactory()
