@@ -23,7 +23,6 @@ const (
 	DropRetriesExhausted = "retries_exhausted" // retried for retry.max_elapsed
 	DropRejected         = "rejected"          // the collector refused it with a non-retryable code
 	DropShutdown         = "shutdown"          // still unsent when the shutdown deadline passed
-	DropBuild            = "build"             // could not be turned into a request
 )
 
 // Metrics are the agent's self-metrics. The zero registry (nil) keeps them
