@@ -329,12 +329,21 @@ func (a *Agent) report() {
 		return
 	}
 	a.stampHost(prof)
+	b, err := NewBatch(prof)
+	if err != nil {
+		// Not expected: pdata encodes whatever it holds.
+		for _, e := range a.exporters {
+			e.drop(DropEncode, len(prof.Samples))
+		}
+		a.log.Error("encode report", "samples", len(prof.Samples), "error", err)
+		return
+	}
 	a.m.reports.Inc()
 	a.m.reportSamples.Add(float64(len(prof.Samples)))
-	a.log.Debug("report built", "samples", len(prof.Samples), "processes", len(prof.Processes), "took", time.Since(t0))
+	a.m.reportBytes.Observe(float64(b.Size()))
+	a.log.Debug("report built", "samples", len(prof.Samples), "processes", len(prof.Processes), "bytes", b.Size(), "took", time.Since(t0))
 	for _, e := range a.exporters {
-		// Exporters only read the profile, so they can share it.
-		e.Enqueue(prof)
+		e.Enqueue(b)
 	}
 }
 

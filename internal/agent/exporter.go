@@ -29,6 +29,29 @@ import (
 	"github.com/spanprof/spanprof/internal/profile"
 )
 
+// Batch is one report ready to send: the OTLP request in protobuf form,
+// which is compact (the dictionary shares every string, frame and stack)
+// and immutable, so exporters can share it and rebuild a fresh request
+// for every attempt (sending pdata mutates it).
+type Batch struct {
+	data []byte
+	// Samples is the number of events in it, for the counts of what was
+	// sent and dropped.
+	Samples int
+}
+
+// NewBatch encodes p.
+func NewBatch(p *profile.Profile) (Batch, error) {
+	data, err := pprofileotlp.NewExportRequestFromProfiles(otlp.Build(p)).MarshalProto()
+	if err != nil {
+		return Batch{}, fmt.Errorf("encode profiles: %w", err)
+	}
+	return Batch{data: data, Samples: len(p.Samples)}, nil
+}
+
+// Size is the encoded size in bytes.
+func (b Batch) Size() int { return len(b.data) }
+
 // Exporter sends profiles to one collector. Enqueue never blocks: batches
 // wait in a bounded queue while one is in flight, and a full queue drops
 // its oldest batch (a profiler's recent past is worth more than a stale
@@ -53,7 +76,7 @@ type Exporter struct {
 	sentSamples, droppedSamples atomic.Uint64
 
 	mu       sync.Mutex
-	queue    []*profile.Profile
+	queue    []Batch
 	draining bool
 	// Queue-full drops are logged at most once a minute, with a count.
 	dropLogged time.Time
@@ -158,31 +181,31 @@ func (e *Exporter) drop(reason string, samples int) {
 func (e *Exporter) Endpoint() string { return e.endpoint }
 
 // Enqueue queues p for sending. After Shutdown began it drops p.
-func (e *Exporter) Enqueue(p *profile.Profile) {
+func (e *Exporter) Enqueue(b Batch) {
 	e.mu.Lock()
 	if e.draining {
 		e.mu.Unlock()
-		e.drop(DropShutdown, len(p.Samples))
+		e.drop(DropShutdown, b.Samples)
 		return
 	}
-	var dropped *profile.Profile
+	dropped := -1
 	if len(e.queue) >= e.cfg.QueueSize {
-		dropped = e.queue[0]
-		e.queue[0] = nil
+		dropped = e.queue[0].Samples
+		e.queue[0] = Batch{}
 		e.queue = e.queue[1:]
 	}
-	e.queue = append(e.queue, p)
+	e.queue = append(e.queue, b)
 	e.m.queueLength.WithLabelValues(e.endpoint).Set(float64(len(e.queue)))
 	logDrops := 0
-	if dropped != nil {
+	if dropped >= 0 {
 		e.dropsQuiet++
 		if time.Since(e.dropLogged) >= time.Minute {
 			logDrops, e.dropsQuiet, e.dropLogged = e.dropsQuiet, 0, time.Now()
 		}
 	}
 	e.mu.Unlock()
-	if dropped != nil {
-		e.drop(DropQueueFull, len(dropped.Samples))
+	if dropped >= 0 {
+		e.drop(DropQueueFull, dropped)
 	}
 	if logDrops > 0 {
 		e.log.Warn("export queue full, dropping the oldest batches", "dropped_batches", logDrops, "queue_size", e.cfg.QueueSize)
@@ -227,8 +250,8 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	e.queue = nil
 	e.m.queueLength.WithLabelValues(e.endpoint).Set(0)
 	e.mu.Unlock()
-	for _, p := range rest {
-		e.drop(DropShutdown, len(p.Samples))
+	for _, b := range rest {
+		e.drop(DropShutdown, b.Samples)
 	}
 	if len(rest) > 0 {
 		e.log.Warn("dropped unsent batches at shutdown", "batches", len(rest))
@@ -242,34 +265,34 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 func (e *Exporter) loop() {
 	defer close(e.done)
 	for {
-		p, ok := e.next()
+		b, ok := e.next()
 		if !ok {
 			return
 		}
-		e.deliver(p)
+		e.deliver(b)
 	}
 }
 
 // next takes the oldest batch, waiting for one; false once draining has
 // emptied the queue or sending was cancelled.
-func (e *Exporter) next() (*profile.Profile, bool) {
+func (e *Exporter) next() (Batch, bool) {
 	for {
 		if e.ctx.Err() != nil {
-			return nil, false
+			return Batch{}, false
 		}
 		e.mu.Lock()
 		if len(e.queue) > 0 {
-			p := e.queue[0]
-			e.queue[0] = nil
+			b := e.queue[0]
+			e.queue[0] = Batch{}
 			e.queue = e.queue[1:]
 			e.m.queueLength.WithLabelValues(e.endpoint).Set(float64(len(e.queue)))
 			e.mu.Unlock()
-			return p, true
+			return b, true
 		}
 		draining := e.draining
 		e.mu.Unlock()
 		if draining {
-			return nil, false
+			return Batch{}, false
 		}
 		select {
 		case <-e.wake:
@@ -280,13 +303,13 @@ func (e *Exporter) next() (*profile.Profile, bool) {
 
 // deliver sends p, retrying retryable failures with exponential backoff
 // until it is accepted, refused, out of time, or sending is cancelled.
-func (e *Exporter) deliver(p *profile.Profile) {
-	n := len(p.Samples)
+func (e *Exporter) deliver(b Batch) {
+	n := b.Samples
 	start := time.Now()
 	wait := e.cfg.Retry.InitialInterval
 	flushing := e.flushing
 	for attempt := 1; ; attempt++ {
-		err := e.send(p)
+		err := e.send(b)
 		if err == nil {
 			e.m.exportedBatches.WithLabelValues(e.endpoint).Inc()
 			e.m.exportedSamples.WithLabelValues(e.endpoint).Add(float64(n))
@@ -338,10 +361,13 @@ func (e *Exporter) deliver(p *profile.Profile) {
 	}
 }
 
-// send makes one export request. The request is built afresh every
-// attempt because marshalling pdata mutates it.
-func (e *Exporter) send(p *profile.Profile) error {
-	req := pprofileotlp.NewExportRequestFromProfiles(otlp.Build(p))
+// send makes one export request, decoded afresh from the batch because
+// marshalling pdata mutates it.
+func (e *Exporter) send(b Batch) error {
+	req := pprofileotlp.NewExportRequest()
+	if err := req.UnmarshalProto(b.data); err != nil {
+		return status.Errorf(codes.Internal, "decode batch: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.Timeout)
 	defer cancel()
 	if len(e.md) > 0 {

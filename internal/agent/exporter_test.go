@@ -54,7 +54,7 @@ func TestExporterDelivers(t *testing.T) {
 	cfg := fastExport()
 	cfg.Headers = map[string]string{"Authorization": "Bearer s3cret", "x-tenant": "a=b"}
 	e, m := newTestExporter(t, col.addr, cfg)
-	e.Enqueue(testProfile(7, 5))
+	e.Enqueue(testBatch(t, 7, 5))
 	got := col.waitReceived(t, 1, 5*time.Second)
 	if n := sampleCount(got[0]); n != 5 {
 		t.Errorf("collector got %d samples, want 5", n)
@@ -88,7 +88,7 @@ func TestExporterNoCompression(t *testing.T) {
 	cfg := fastExport()
 	cfg.Compression = "none"
 	e, _ := newTestExporter(t, col.addr, cfg)
-	e.Enqueue(testProfile(7, 1))
+	e.Enqueue(testBatch(t, 7, 1))
 	col.waitReceived(t, 1, 5*time.Second)
 	if col.compression != "" {
 		t.Errorf("request compression %q, want none", col.compression)
@@ -123,7 +123,7 @@ func TestExporterRetries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			col := startFakeCollector(t, "127.0.0.1:0", tt.fail)
 			e, m := newTestExporter(t, col.addr, fastExport())
-			e.Enqueue(testProfile(1, 3))
+			e.Enqueue(testBatch(t, 1, 3))
 			if tt.wantDrop != "" {
 				waitFor(t, "drop counted", 5*time.Second, func() bool {
 					return value(t, m.droppedSamples.WithLabelValues(col.addr, tt.wantDrop)) == 3
@@ -143,7 +143,7 @@ func TestExporterGivesUpAfterMaxElapsed(t *testing.T) {
 	cfg := fastExport()
 	cfg.Retry.MaxElapsed = 150 * time.Millisecond
 	e, m := newTestExporter(t, col.addr, cfg)
-	e.Enqueue(testProfile(1, 4))
+	e.Enqueue(testBatch(t, 1, 4))
 	waitFor(t, "retries exhausted", 5*time.Second, func() bool {
 		return value(t, m.droppedBatches.WithLabelValues(col.addr, DropRetriesExhausted)) == 1
 	})
@@ -165,10 +165,10 @@ func TestExporterCollectorDownThenUp(t *testing.T) {
 	e, m := newTestExporter(t, addr, cfg)
 	failures := func() float64 { return value(t, m.exportRequests.WithLabelValues(addr, codes.Unavailable.String())) }
 
-	e.Enqueue(testProfile(1, 10)) // taken at once and retried: in flight
+	e.Enqueue(testBatch(t, 1, 10)) // taken at once and retried: in flight
 	waitFor(t, "first failure", 5*time.Second, func() bool { return failures() >= 1 })
 	for pid := uint32(2); pid <= 6; pid++ {
-		e.Enqueue(testProfile(pid, 10))
+		e.Enqueue(testBatch(t, pid, 10))
 	}
 	// In flight 1; queued 4, 5, 6; 2 and 3 dropped as the oldest.
 	if n := e.QueueLen(); n != 3 {
@@ -208,7 +208,7 @@ func TestExporterShutdown(t *testing.T) {
 		col := startFakeCollector(t, "127.0.0.1:0", nil)
 		e, _ := newTestExporter(t, col.addr, fastExport())
 		for pid := uint32(1); pid <= 5; pid++ {
-			e.Enqueue(testProfile(pid, 2))
+			e.Enqueue(testBatch(t, pid, 2))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -223,7 +223,7 @@ func TestExporterShutdown(t *testing.T) {
 		addr := freeAddr(t)
 		e, m := newTestExporter(t, addr, fastExport())
 		for pid := uint32(1); pid <= 3; pid++ {
-			e.Enqueue(testProfile(pid, 2))
+			e.Enqueue(testBatch(t, pid, 2))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -234,7 +234,7 @@ func TestExporterShutdown(t *testing.T) {
 		if v := value(t, m.droppedSamples.WithLabelValues(addr, DropShutdown)); v != 6 {
 			t.Errorf("samples dropped at shutdown = %v, want 6", v)
 		}
-		e.Enqueue(testProfile(9, 1))
+		e.Enqueue(testBatch(t, 9, 1))
 		if v := value(t, m.droppedSamples.WithLabelValues(addr, DropShutdown)); v != 7 {
 			t.Errorf("enqueue after shutdown: dropped samples = %v, want 7", v)
 		}

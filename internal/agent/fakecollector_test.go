@@ -161,6 +161,15 @@ func testProfile(pid uint32, n int) *profile.Profile {
 	return p
 }
 
+func testBatch(t *testing.T, pid uint32, n int) Batch {
+	t.Helper()
+	b, err := NewBatch(testProfile(pid, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // freeAddr returns a loopback address nobody listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()

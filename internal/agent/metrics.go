@@ -23,6 +23,7 @@ const (
 	DropRetriesExhausted = "retries_exhausted" // retried for retry.max_elapsed
 	DropRejected         = "rejected"          // the collector refused it with a non-retryable code
 	DropShutdown         = "shutdown"          // still unsent when the shutdown deadline passed
+	DropEncode           = "encode"            // the report could not be encoded
 )
 
 // Metrics are the agent's self-metrics. The zero registry (nil) keeps them
@@ -39,6 +40,7 @@ type Metrics struct {
 	reports          prometheus.Counter
 	reportSamples    prometheus.Counter
 	buildDuration    prometheus.Histogram
+	reportBytes      prometheus.Histogram
 	filtered         prometheus.Counter
 }
 
@@ -92,6 +94,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to symbolize and build one profile.",
 			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
+		reportBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "spanprof_report_bytes",
+			Help:    "Encoded (uncompressed) size of one report, what the queue holds per batch.",
+			Buckets: prometheus.ExponentialBuckets(4096, 4, 8),
+		}),
 		filtered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "spanprof_samples_filtered_total",
 			Help: "Samples of processes outside the configured executables, discarded by design.",
@@ -100,7 +107,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.exportRequests, m.exportDuration, m.exportedBatches, m.exportedSamples,
 			m.rejectedProfiles, m.queueLength, m.droppedBatches, m.droppedSamples,
-			m.reports, m.reportSamples, m.buildDuration, m.filtered)
+			m.reports, m.reportSamples, m.buildDuration, m.reportBytes, m.filtered)
 	}
 	return m
 }
