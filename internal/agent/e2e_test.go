@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -50,12 +51,41 @@ var testCollector struct {
 	err       error
 }
 
+// spanprofBin is the spanprof binary, built once per test run.
+var spanprofBin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if testCollector.dir != "" {
-		os.RemoveAll(testCollector.dir)
+	for _, d := range []string{testCollector.dir, spanprofBin.dir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
 	}
 	os.Exit(code)
+}
+
+func buildSpanprof(t *testing.T, root string) string {
+	t.Helper()
+	b := &spanprofBin
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "spanprof-agent-test"); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, "spanprof")
+		cmd := exec.Command("go", "build", "-o", b.path, "./cmd/spanprof")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("build spanprof: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
 }
 
 // buildTestCollector returns the path of the test collector binary:
@@ -233,8 +263,7 @@ func TestAgentE2E(t *testing.T) {
 	root := repoRoot(t)
 	dir := t.TempDir()
 	col := buildTestCollector(t, root)
-	bin := filepath.Join(dir, "spanprof")
-	run(t, root, "go", "build", "-o", bin, "./cmd/spanprof")
+	bin := buildSpanprof(t, root)
 	run(t, root, "make", "-C", "testdata/fixtures")
 	run(t, root, "make", "-C", "testdata/tracectx")
 	chainPath := filepath.Join(root, "testdata", "fixtures", "build", "chain-clang")
@@ -355,6 +384,56 @@ func TestAgentE2E(t *testing.T) {
 	}
 	if strings.Contains(metrics, "spanprof_export_dropped_batches_total{") {
 		t.Errorf("batches dropped within the queue bound:\n%s", grepLines(metrics, "dropped"))
+	}
+}
+
+// TestAgentCLIErrors: a bad configuration, or a machine where the agent
+// cannot sample, ends `spanprof agent` with exit code 1 and one line.
+func TestAgentCLIErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds spanprof")
+	}
+	bin := buildSpanprof(t, repoRoot(t))
+	badFile := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(badFile, []byte("export:\n  compresion: gzip\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"off-cpu", []string{"--off-cpu"}, nil, "spanprof agent: off-cpu: off-CPU sampling is not available in this build yet"},
+		{"bad endpoint", []string{"--endpoint", "https://collector:4317"}, nil, "without a scheme"},
+		{"bad env", nil, []string{"SPANPROF_REPORT_INTERVAL=soon"}, "SPANPROF_REPORT_INTERVAL: not a duration"},
+		{"typo in file", []string{"--config", badFile}, nil, "field compresion not found"},
+		{"bad flag", []string{"--frequncy", "9"}, nil, "flag provided but not defined: -frequncy"},
+	}
+	if os.Geteuid() != 0 {
+		tests = append(tests, struct {
+			name string
+			args []string
+			env  []string
+			want string
+		}{"not root", []string{"--metrics-listen", "off"}, nil, "root"})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, append([]string{"agent"}, tt.args...)...)
+			cmd.Env = append(os.Environ(), tt.env...)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Fatalf("exit %v, want 1\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tt.want) {
+				t.Errorf("output %q does not contain %q", out, tt.want)
+			}
+			if tt.name != "bad flag" && strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
+				t.Errorf("error spans lines:\n%s", out)
+			}
+		})
 	}
 }
 
