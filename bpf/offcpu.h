@@ -23,9 +23,9 @@
  * switch less often than once per T (the ones with long waits) are recorded
  * exactly; a thread is captured at most about 1/T times per second whatever
  * its switch rate, because the cycles of its waits add up to at most the
- * elapsed time. The cost per switch of the switch-heavy threads is then one
- * task-storage update and one hash lookup, plus a full capture on a fraction
- * c/T of their switches.
+ * elapsed time. The cost per switch of the switch-heavy threads is then two
+ * task-storage lookups and a read of the run queue's clock, plus a full
+ * capture on a fraction c/T of their switches.
  *
  * Preemptions (prev_state TASK_RUNNING, or the preempt flag) are not waits:
  * the thread stayed runnable, so they are neither emitted nor counted in a
@@ -38,7 +38,7 @@
 
 /* Set by the agent before load (--off-cpu-threshold); at most 2^32 ns so
  * that the integer coin below cannot overflow. */
-volatile const __u64 offcpu_threshold_ns = 1000000;
+volatile const __u64 offcpu_threshold_ns = 2000000;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -90,7 +90,7 @@ static __always_inline int offcpu_sampled(__u64 cycle)
 }
 
 static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, __u64 pid_tgid,
-					   __u64 now, __u64 cycle, char state)
+					   struct offcpu_thread *st, __u64 now, __u64 cycle, char state)
 {
 	struct offcpu_pending *p;
 	struct stack_sample *s;
@@ -102,7 +102,8 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 		return;
 	s = &p->s;
 	p->cycle_ns = cycle;
-	s->ktime_ns = now;
+	p->out_clock = now;
+	s->ktime_ns = bpf_ktime_get_ns();
 	s->value = 0;
 	s->pid = pid_tgid >> 32;
 	s->tid = tid;
@@ -142,87 +143,134 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 		count(CNT_OFFCPU_PENDING_FULL);
 		return;
 	}
+	st->pending = 1;
 	count(CNT_OFFCPU_SAMPLES);
 }
 
-/* offcpu_switch_out runs in the context of the thread leaving the CPU. */
-static __always_inline void offcpu_switch_out(void *ctx, bool preempt, __u64 now)
+/* offcpu_clock returns the scheduler's clock of this CPU's run queue,
+ * which __schedule has just updated: reading it costs a few loads where
+ * bpf_ktime_get_ns costs tens of nanoseconds, on every switch. It is
+ * sched_clock, so it only measures durations; timestamps come from
+ * bpf_ktime_get_ns at capture. Kernels without group scheduling have no
+ * cfs_rq->rq and use bpf_ktime_get_ns throughout, so the two clocks never
+ * mix. Returns 0 when the run queue cannot be found. */
+static __always_inline __u64 offcpu_clock(struct task_struct *task)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct task_struct *task;
+	if (bpf_core_field_exists(struct cfs_rq, rq)) {
+		struct cfs_rq *cfs = task->se.cfs_rq;
+		struct rq *rq;
+
+		if (!cfs)
+			return 0;
+		rq = cfs->rq;
+		if (!rq)
+			return 0;
+		return rq->clock;
+	}
+	return bpf_ktime_get_ns();
+}
+
+/* offcpu_switch_out runs in the context of the thread leaving the CPU.
+ * This path runs on every switch of the machine, so it does the cheap
+ * checks first and reads the task through its BTF pointer (a plain load)
+ * rather than with probe reads. */
+static __always_inline void offcpu_switch_out(void *ctx, struct task_struct *task, bool preempt,
+					      __u64 now)
+{
 	struct offcpu_thread *st;
 	unsigned int prev_state;
-	__u64 cycle;
+	__u64 pid_tgid, cycle;
 	char state;
 
-	if (preempt || !wanted(pid_tgid >> 32))
+	if (preempt)
 		return;
-	task = bpf_get_current_task_btf();
 	/* The prev_state argument only exists from 5.18; the field holds the
 	 * same value at the tracepoint. */
-	prev_state = BPF_CORE_READ(task, __state);
+	prev_state = task->__state;
 	if (prev_state & OFFCPU_TASK_UNINTERRUPTIBLE)
 		state = 'D';
 	else if (prev_state & OFFCPU_TASK_INTERRUPTIBLE)
 		state = 'S';
 	else
 		return; /* runnable (yield), stopped, traced or dying */
-	if (!BPF_CORE_READ(task, mm))
+	if (!task->mm)
 		return;
-
-	st = bpf_task_storage_get(&offcpu_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	pid_tgid = bpf_get_current_pid_tgid();
+	/* Threads get storage once they passed the filter, so for them the
+	 * storage lookup is the filter. */
+	st = bpf_task_storage_get(&offcpu_threads, task, 0, 0);
 	if (!st) {
-		count(CNT_OFFCPU_STATE_ERR);
-		return;
+		if (!wanted(pid_tgid >> 32))
+			return;
+		st = bpf_task_storage_get(&offcpu_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!st) {
+			count(CNT_OFFCPU_STATE_ERR);
+			return;
+		}
 	}
 	/* A thread seen for the first time has no known cycle: capture it. */
-	cycle = st->last_out_ns ? now - st->last_out_ns : offcpu_threshold_ns;
-	st->last_out_ns = now;
-	if (cycle == 0)
+	cycle = st->last_out ? now - st->last_out : offcpu_threshold_ns;
+	st->last_out = now;
+	if ((__s64)cycle <= 0)
 		cycle = 1;
 	if (!offcpu_sampled(cycle))
 		return;
-	offcpu_capture(ctx, task, pid_tgid, now, cycle, state);
+	offcpu_capture(ctx, task, pid_tgid, st, now, cycle, state);
 }
 
-/* offcpu_switch_in completes a captured wait of the thread taking the CPU. */
-static __always_inline void offcpu_switch_in(struct task_struct *next, __u64 now)
+/* offcpu_emit completes a captured wait of the thread taking the CPU. */
+static __always_inline void offcpu_emit(__u32 tid, __u64 now)
 {
 	struct offcpu_pending *p;
-	__u32 tid = BPF_CORE_READ(next, pid);
 
-	if (tid == 0)
-		return; /* idle */
 	p = bpf_map_lookup_elem(&offcpu_pending, &tid);
 	if (!p)
 		return;
-	p->s.value = offcpu_weighted(now - p->s.ktime_ns, p->cycle_ns);
+	p->s.value = offcpu_weighted(now - p->out_clock, p->cycle_ns);
+	if ((__s64)(now - p->out_clock) < 0)
+		p->s.value = 0;
 	if (bpf_ringbuf_output(&samples, &p->s, sizeof(p->s), 0))
 		count(CNT_RINGBUF_FULL);
 	bpf_map_delete_elem(&offcpu_pending, &tid);
 }
 
-static __always_inline int offcpu_switch(void *ctx, bool preempt, struct task_struct *next)
-{
-	__u64 now = bpf_ktime_get_ns();
-
-	offcpu_switch_out(ctx, preempt, now);
-	offcpu_switch_in(next, now);
-	return 0;
-}
-
-/* tp_btf needs no tracefs and gives typed arguments. */
+/* tp_btf needs no tracefs and gives typed arguments; next is trusted, so
+ * its task storage says whether a capture is pending without touching the
+ * hash map. */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return offcpu_switch(ctx, preempt, next);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct offcpu_thread *st;
+	__u64 now = offcpu_clock(task);
+
+	if (!now)
+		return 0;
+	offcpu_switch_out(ctx, task, preempt, now);
+	st = bpf_task_storage_get(&offcpu_threads, next, 0, 0);
+	if (st && st->pending) {
+		st->pending = 0;
+		offcpu_emit(next->pid, now);
+	}
+	return 0;
 }
 
-/* Fallback for kernels that cannot attach tp_btf to sched_switch. */
+/* Fallback for kernels that cannot attach tp_btf to sched_switch: next is
+ * untrusted there, so it is read with a probe read and looked up by tid. */
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return offcpu_switch(ctx, preempt, next);
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 now = offcpu_clock(task);
+	__u32 tid;
+
+	if (!now)
+		return 0;
+	offcpu_switch_out(ctx, task, preempt, now);
+	tid = BPF_CORE_READ(next, pid);
+	if (tid)
+		offcpu_emit(tid, now);
+	return 0;
 }
 
 #endif

@@ -51,14 +51,17 @@ const (
 )
 
 type SamplerOffcpuPending struct {
-	_       structs.HostLayout
-	CycleNs uint64
-	S       SamplerStackSample
+	_        structs.HostLayout
+	CycleNs  uint64
+	OutClock uint64
+	S        SamplerStackSample
 }
 
 type SamplerOffcpuThread struct {
-	_         structs.HostLayout
-	LastOutNs uint64
+	_       structs.HostLayout
+	LastOut uint64
+	Pending uint8
+	Pad     [7]uint8
 }
 
 type SamplerOtelSpanCtx struct {
