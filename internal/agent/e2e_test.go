@@ -1,27 +1,16 @@
 package agent
 
 import (
-	"bufio"
-	"bytes"
-	"debug/elf"
-	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
 // The end-to-end test runs the real `spanprof agent` against a real
@@ -29,211 +18,6 @@ import (
 // pipeline, file exporter) and real fixture processes. It needs root to
 // load the eBPF programs. SPANPROF_TESTCOL names a prebuilt collector
 // binary; otherwise the test builds it (minutes on a cold module cache).
-
-func repoRoot(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-func run(t *testing.T, dir string, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
-}
-
-// testCollector is the test collector binary, built once per test run.
-var testCollector struct {
-	once      sync.Once
-	dir, path string
-	err       error
-}
-
-// spanprofBin is the spanprof binary, built once per test run.
-var spanprofBin struct {
-	once      sync.Once
-	dir, path string
-	err       error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, d := range []string{testCollector.dir, spanprofBin.dir} {
-		if d != "" {
-			os.RemoveAll(d)
-		}
-	}
-	os.Exit(code)
-}
-
-func buildSpanprof(t *testing.T, root string) string {
-	t.Helper()
-	b := &spanprofBin
-	b.once.Do(func() {
-		if b.dir, b.err = os.MkdirTemp("", "spanprof-agent-test"); b.err != nil {
-			return
-		}
-		b.path = filepath.Join(b.dir, "spanprof")
-		cmd := exec.Command("go", "build", "-o", b.path, "./cmd/spanprof")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("build spanprof: %v\n%s", err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.path
-}
-
-// buildTestCollector returns the path of the test collector binary:
-// SPANPROF_TESTCOL, or test/collector built into a temporary directory.
-func buildTestCollector(t *testing.T, root string) string {
-	t.Helper()
-	if p := os.Getenv("SPANPROF_TESTCOL"); p != "" {
-		return p
-	}
-	tc := &testCollector
-	tc.once.Do(func() {
-		if tc.dir, tc.err = os.MkdirTemp("", "spanprof-testcol"); tc.err != nil {
-			return
-		}
-		tc.path = filepath.Join(tc.dir, "spanprof-testcol")
-		start := time.Now()
-		cmd := exec.Command("go", "build", "-o", tc.path, ".")
-		cmd.Dir = filepath.Join(root, "test", "collector")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			tc.err = fmt.Errorf("build test collector: %v\n%s", err, out)
-			return
-		}
-		t.Logf("built the test collector in %v", time.Since(start).Round(time.Second))
-	})
-	if tc.err != nil {
-		t.Fatal(tc.err)
-	}
-	return tc.path
-}
-
-// syncBuffer collects a process's output for inspection while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startReady starts a fixture that prints "ready PID" or "pid PID" first.
-func startReady(t *testing.T, path string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(path, args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !(strings.HasPrefix(line, "ready ") || strings.HasPrefix(line, "pid ")) {
-		t.Fatalf("%s: first line %q, %v", path, line, err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return cmd
-}
-
-func gnuBuildID(t *testing.T, path string) string {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := f.Section(".note.gnu.build-id")
-	if s == nil {
-		t.Fatalf("%s has no GNU build ID", path)
-	}
-	b, err := s.Data()
-	if err != nil || len(b) < 16 {
-		t.Fatalf("read build ID note: %v", err)
-	}
-	namesz := binary.LittleEndian.Uint32(b[0:4])
-	descsz := binary.LittleEndian.Uint32(b[4:8])
-	off := 12 + (namesz+3)&^3
-	return hex.EncodeToString(b[off : off+descsz])
-}
-
-// e2eSample is one sample resolved through its batch's dictionary.
-type e2eSample struct {
-	resource    map[string]any
-	frames      []string
-	times       []uint64
-	values      []int64
-	trace, span string
-	mappings    map[string]string // file name → build ID attribute
-}
-
-func readBatches(t *testing.T, path string) (batches int, out []e2eSample) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		pd, err := (&pprofile.JSONUnmarshaler{}).UnmarshalProfiles(line)
-		if err != nil {
-			t.Fatalf("unmarshal batch: %v", err)
-		}
-		batches++
-		d := pd.Dictionary()
-		str := func(i int32) string { return d.StringTable().At(int(i)) }
-		for _, rp := range pd.ResourceProfiles().All() {
-			res := rp.Resource().Attributes().AsRaw()
-			for _, sp := range rp.ScopeProfiles().All() {
-				for _, prof := range sp.Profiles().All() {
-					for _, s := range prof.Samples().All() {
-						es := e2eSample{resource: res, times: s.TimestampsUnixNano().AsRaw(), values: s.Values().AsRaw(), mappings: map[string]string{}}
-						for _, li := range d.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
-							loc := d.LocationTable().At(int(li))
-							for _, ln := range loc.Lines().All() {
-								es.frames = append(es.frames, str(d.FunctionTable().At(int(ln.FunctionIndex())).NameStrindex()))
-							}
-							m := d.MappingTable().At(int(loc.MappingIndex()))
-							for _, ai := range m.AttributeIndices().All() {
-								kv := d.AttributeTable().At(int(ai))
-								if str(kv.KeyStrindex()) == "process.executable.build_id.gnu" {
-									es.mappings[filepath.Base(str(m.FilenameStrindex()))] = kv.Value().AsString()
-								}
-							}
-						}
-						if li := s.LinkIndex(); li != 0 {
-							l := d.LinkTable().At(int(li))
-							tid, sid := l.TraceID(), l.SpanID()
-							es.trace, es.span = hex.EncodeToString(tid[:]), hex.EncodeToString(sid[:])
-						}
-						out = append(out, es)
-					}
-				}
-			}
-		}
-	}
-	return batches, out
-}
 
 const collectorConfig = `receivers:
   otlp:
@@ -384,56 +168,6 @@ func TestAgentE2E(t *testing.T) {
 	}
 	if strings.Contains(metrics, "spanprof_export_dropped_batches_total{") {
 		t.Errorf("batches dropped within the queue bound:\n%s", grepLines(metrics, "dropped"))
-	}
-}
-
-// TestAgentCLIErrors: a bad configuration, or a machine where the agent
-// cannot sample, ends `spanprof agent` with exit code 1 and one line.
-func TestAgentCLIErrors(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds spanprof")
-	}
-	bin := buildSpanprof(t, repoRoot(t))
-	badFile := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(badFile, []byte("export:\n  compresion: gzip\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		args []string
-		env  []string
-		want string
-	}{
-		{"off-cpu", []string{"--off-cpu"}, nil, "spanprof agent: off-cpu: off-CPU sampling is not available in this build yet"},
-		{"bad endpoint", []string{"--endpoint", "https://collector:4317"}, nil, "without a scheme"},
-		{"bad env", nil, []string{"SPANPROF_REPORT_INTERVAL=soon"}, "SPANPROF_REPORT_INTERVAL: not a duration"},
-		{"typo in file", []string{"--config", badFile}, nil, "field compresion not found"},
-		{"bad flag", []string{"--frequncy", "9"}, nil, "flag provided but not defined: -frequncy"},
-	}
-	if os.Geteuid() != 0 {
-		tests = append(tests, struct {
-			name string
-			args []string
-			env  []string
-			want string
-		}{"not root", []string{"--metrics-listen", "off"}, nil, "root"})
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(bin, append([]string{"agent"}, tt.args...)...)
-			cmd.Env = append(os.Environ(), tt.env...)
-			out, err := cmd.CombinedOutput()
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Fatalf("exit %v, want 1\n%s", err, out)
-			}
-			if !strings.Contains(string(out), tt.want) {
-				t.Errorf("output %q does not contain %q", out, tt.want)
-			}
-			if tt.name != "bad flag" && strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
-				t.Errorf("error spans lines:\n%s", out)
-			}
-		})
 	}
 }
 
