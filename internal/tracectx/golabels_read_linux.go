@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,7 +15,8 @@ import (
 // PTRACE_GETREGS, reads with process_vm_readv while it is stopped (so m.curg
 // cannot change under the walk), then detaches. It needs root or
 // CAP_SYS_PTRACE. It exists to validate offsets and the walk; the agent
-// never stops threads.
+// never stops threads. The caller must not wait(2) for pid meanwhile: a
+// wait on the thread group leader would take the leader's ptrace stop.
 func ReadLabels(pid, tid int, info *GoRuntimeInfo) (map[string]string, error) {
 	// ptrace requests must come from the thread that attached.
 	runtime.LockOSThread()
@@ -30,16 +32,9 @@ func ReadLabels(pid, tid int, info *GoRuntimeInfo) (map[string]string, error) {
 	if err := unix.PtraceInterrupt(tid); err != nil {
 		return nil, fmt.Errorf("ptrace interrupt thread %d: %w", tid, err)
 	}
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("wait for thread %d to stop: %w", tid, err)
-		}
-		break
+	ws, err := goWaitStop(tid)
+	if err != nil {
+		return nil, err
 	}
 	if !ws.Stopped() {
 		return nil, fmt.Errorf("stop thread %d: status %#x", tid, uint32(ws))
@@ -52,6 +47,28 @@ func ReadLabels(pid, tid int, info *GoRuntimeInfo) (map[string]string, error) {
 		return nil, fmt.Errorf("read registers of thread %d: %w", tid, err)
 	}
 	return ReadGoLabels(goProcMem(pid), regs.Fs_base, info)
+}
+
+// goWaitStop waits for tid's ptrace stop. It polls, so that a stop that
+// never comes to us (the thread exits, or a parent's wait on the thread
+// group leader consumes the notification) is an error, not a hang.
+func goWaitStop(tid int) (unix.WaitStatus, error) {
+	var ws unix.WaitStatus
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		wpid, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return ws, fmt.Errorf("wait for thread %d to stop: %w", tid, err)
+		case wpid == tid:
+			return ws, nil
+		case time.Now().After(deadline):
+			return ws, fmt.Errorf("wait for thread %d to stop: no stop in 2s", tid)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 // goPtraceDetach detaches from tid, delivering sig (0: none).

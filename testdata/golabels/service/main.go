@@ -1,0 +1,198 @@
+// Command service is a Go workload for goroutine-label correlation: workers
+// run spans of 20-60 ms through the spanprof SDK, each in its own function
+// and busy on the CPU, and record the ground truth of every span, one line
+// per goroutine that worked in it:
+//
+//	goid tid trace_id span_id start_realtime_ns end_realtime_ns function
+//
+// The window encloses the time the goroutine carries the span's labels:
+// start is taken before Tracer.Start, end after Span.End (a child goroutine
+// drops the inherited labels before taking its end time). Workers
+// are locked to their threads (-lock), so the tid of a line is the thread
+// every sample of that goroutine's span work was taken on. With
+// -spawn, half of each span's work runs in a child goroutine started inside
+// the span (it inherits the labels; it records its own line).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	spanprof "github.com/spanprof/spanprof/sdk/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+var sink uint64
+
+// burn keeps the CPU busy until deadline.
+//
+//go:noinline
+func burn(deadline time.Time) {
+	x := uint64(time.Now().UnixNano())
+	for time.Now().Before(deadline) {
+		for i := 0; i < 2000; i++ {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	if x == 42 {
+		sink = x
+	}
+}
+
+// Distinct span functions, so samples of each span have a distinct leaf
+// frame under the worker.
+
+//go:noinline
+func handleCheckout(d time.Time) { burn(d) }
+
+//go:noinline
+func handleSearch(d time.Time) { burn(d) }
+
+//go:noinline
+func handleLogin(d time.Time) { burn(d) }
+
+//go:noinline
+func renderPage(d time.Time) { burn(d) }
+
+//go:noinline
+func childWork(d time.Time) { burn(d) }
+
+var spanFuncs = []struct {
+	name string
+	fn   func(time.Time)
+}{
+	{"handleCheckout", handleCheckout},
+	{"handleSearch", handleSearch},
+	{"handleLogin", handleLogin},
+	{"renderPage", renderPage},
+}
+
+// truth serializes ground-truth lines to the output file.
+type truth struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (t *truth) record(sc trace.SpanContext, start, end time.Time, fn string) {
+	line := fmt.Sprintf("%d %d %s %s %d %d %s\n", goid(), syscall.Gettid(),
+		sc.TraceID(), sc.SpanID(), start.UnixNano(), end.UnixNano(), fn)
+	t.mu.Lock()
+	t.w.WriteString(line)
+	t.mu.Unlock()
+}
+
+// goid parses the current goroutine's id from its stack header.
+func goid() int64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseInt(string(b), 10, 64)
+	return id
+}
+
+func worker(ctx context.Context, tr trace.Tracer, gt *truth, seed int64, lock, spawn bool, stop <-chan struct{}) {
+	if lock {
+		runtime.LockOSThread()
+	}
+	rnd := rand.New(rand.NewSource(seed))
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		f := spanFuncs[rnd.Intn(len(spanFuncs))]
+		d := time.Duration(20+rnd.Intn(41)) * time.Millisecond
+		start := time.Now()
+		sctx, span := tr.Start(ctx, f.name)
+		end := start.Add(d)
+		var wg sync.WaitGroup
+		if spawn {
+			// The child works during the first half of the span.
+			wg.Add(1)
+			go func() {
+				cs := time.Now()
+				if lock {
+					runtime.LockOSThread() // the thread exits with the goroutine
+				}
+				childWork(cs.Add(d / 2))
+				// Drop the inherited labels before taking the end time:
+				// recording may wait for the file lock.
+				pprof.SetGoroutineLabels(context.Background())
+				gt.record(trace.SpanContextFromContext(sctx), cs, time.Now(), "childWork")
+				wg.Done()
+			}()
+		}
+		f.fn(end)
+		wg.Wait()
+		span.End()
+		gt.record(span.SpanContext(), start, time.Now(), f.name)
+	}
+}
+
+func main() {
+	workers := flag.Int("workers", 4, "worker goroutines")
+	duration := flag.Duration("duration", 10*time.Second, "run time (0: until killed)")
+	out := flag.String("out", "groundtruth.txt", "ground truth file")
+	lock := flag.Bool("lock", true, "lock each worker goroutine to its thread")
+	spawn := flag.Bool("spawn", true, "start a child goroutine inside each span")
+	procs := flag.Int("gomaxprocs", 0, "GOMAXPROCS (0: max(2, NumCPU))")
+	flag.Parse()
+	if *procs <= 0 {
+		*procs = max(2, runtime.NumCPU())
+	}
+	runtime.GOMAXPROCS(*procs)
+
+	f, err := os.Create(*out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "create ground truth:", err)
+		os.Exit(1)
+	}
+	gt := &truth{w: bufio.NewWriter(f)}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	tr := spanprof.NewTracerProvider(tp).Tracer("golabels-service")
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < *workers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			worker(context.Background(), tr, gt, int64(i)+1, *lock, *spawn, stop)
+		}(i)
+	}
+	fmt.Println("ready", os.Getpid())
+	if *duration > 0 {
+		time.Sleep(*duration)
+	} else {
+		select {}
+	}
+	close(stop)
+	wg.Wait()
+	gt.mu.Lock()
+	err = gt.w.Flush()
+	gt.mu.Unlock()
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "write ground truth:", err)
+		os.Exit(1)
+	}
+	_ = tp.Shutdown(context.Background())
+}
