@@ -68,7 +68,7 @@ func goStructsFromDWARF(f *elf.File) (*GoRuntimeInfo, error) {
 func goFindDWARFTypes(d *dwarf.Data) (map[string]dwarf.Type, error) {
 	found := map[string]dwarf.Type{}
 	r := d.Reader()
-	for len(found) < len(goDWARFTypes) {
+	for !goDWARFTypesComplete(found) {
 		e, err := r.Next()
 		if err != nil {
 			return nil, fmt.Errorf("walk dwarf: %w: %w", errNoGoDWARF, err)
@@ -100,6 +100,21 @@ func goFindDWARFTypes(d *dwarf.Data) (map[string]dwarf.Type, error) {
 		}
 	}
 	return found, nil
+}
+
+// goDWARFTypesComplete says whether the walk can stop: g, m and labelMap
+// are found and, for a map labelMap (Go <= 1.23), hmap and its bucket too.
+// Stopping early matters: the DWARF of a large service takes a long time
+// to walk to the end.
+func goDWARFTypesComplete(found map[string]dwarf.Type) bool {
+	lm := found["runtime/pprof.labelMap"]
+	if found["runtime.g"] == nil || found["runtime.m"] == nil || lm == nil {
+		return false
+	}
+	if _, isStruct := goUntypedef(lm).(*dwarf.StructType); isStruct {
+		return true
+	}
+	return found["runtime.hmap"] != nil && found["bucket<string,string>"] != nil
 }
 
 func goUntypedef(t dwarf.Type) dwarf.Type {
