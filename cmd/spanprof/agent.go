@@ -36,7 +36,12 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	if len(cfg.Processes.Executables) > 0 {
 		sampledPIDs = nil // executables are matched in user space
 	}
-	s, err := sampler.New(sampler.Options{Frequency: cfg.Frequency, PIDs: sampledPIDs, Logger: log})
+	s, err := sampler.New(sampler.Options{
+		Frequency: cfg.Frequency,
+		PIDs:      sampledPIDs,
+		OffCPU:    sampler.OffCPUOptions{Enabled: cfg.OffCPU, Threshold: cfg.OffCPUThreshold},
+		Logger:    log,
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
 		return 1

@@ -202,7 +202,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.metricsAddr.Store(&addr)
 		defer stop()
 	}
-	a.log.Info("agent started", "frequency", a.cfg.Frequency, "endpoints", a.cfg.Export.Endpoints,
+	a.log.Info("agent started", "frequency", a.cfg.Frequency, "off_cpu", a.cfg.OffCPU, "endpoints", a.cfg.Export.Endpoints,
 		"report_interval", a.cfg.Export.ReportInterval, "host", a.hostName)
 	ticker := time.NewTicker(a.cfg.Export.ReportInterval)
 	defer ticker.Stop()

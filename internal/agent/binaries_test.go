@@ -171,6 +171,8 @@ func gnuBuildID(t *testing.T, path string) string {
 
 // e2eSample is one sample resolved through its batch's dictionary.
 type e2eSample struct {
+	kind        string // sample type: samples or off_cpu
+	attrs       map[string]string
 	resource    map[string]any
 	frames      []string
 	times       []uint64
@@ -200,8 +202,14 @@ func readBatches(t *testing.T, path string) (batches int, out []e2eSample) {
 			res := rp.Resource().Attributes().AsRaw()
 			for _, sp := range rp.ScopeProfiles().All() {
 				for _, prof := range sp.Profiles().All() {
+					kind := str(prof.SampleType().TypeStrindex())
 					for _, s := range prof.Samples().All() {
-						es := e2eSample{resource: res, times: s.TimestampsUnixNano().AsRaw(), values: s.Values().AsRaw(), mappings: map[string]string{}}
+						es := e2eSample{kind: kind, attrs: map[string]string{}, resource: res,
+							times: s.TimestampsUnixNano().AsRaw(), values: s.Values().AsRaw(), mappings: map[string]string{}}
+						for _, ai := range s.AttributeIndices().All() {
+							kv := d.AttributeTable().At(int(ai))
+							es.attrs[str(kv.KeyStrindex())] = kv.Value().AsString()
+						}
 						for _, li := range d.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 							loc := d.LocationTable().At(int(li))
 							for _, ln := range loc.Lines().All() {

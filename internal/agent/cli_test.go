@@ -26,7 +26,7 @@ func TestAgentCLIErrors(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{"off-cpu", []string{"--off-cpu"}, nil, "spanprof agent: off-cpu: off-CPU sampling is not available in this build yet"},
+		{"off-cpu threshold", []string{"--off-cpu", "--off-cpu-threshold", "-1ms"}, nil, "spanprof agent: off-CPU threshold -1ms out of range 1ns..4.294967295s"},
 		{"bad endpoint", []string{"--endpoint", "https://collector:4317"}, nil, "without a scheme"},
 		{"bad env", nil, []string{"SPANPROF_REPORT_INTERVAL=soon"}, "SPANPROF_REPORT_INTERVAL: not a duration"},
 		{"typo in file", []string{"--config", badFile}, nil, "field compresion not found"},

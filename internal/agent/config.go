@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spanprof/spanprof/internal/sampler"
 )
 
 // Config is everything the agent can be told, from the YAML file, SPANPROF_*
@@ -22,10 +24,13 @@ import (
 type Config struct {
 	// Frequency is the on-CPU sampling frequency in Hz per CPU.
 	Frequency int `yaml:"frequency"`
-	// OffCPU turns on off-CPU sampling (not available yet).
-	OffCPU    bool      `yaml:"off_cpu"`
-	Processes Processes `yaml:"processes"`
-	Export    Export    `yaml:"export"`
+	// OffCPU turns on off-CPU sampling on sched_switch.
+	OffCPU bool `yaml:"off_cpu"`
+	// OffCPUThreshold tunes how often a thread's waits are captured
+	// (sampler.OffCPUOptions.Threshold); totals stay unbiased.
+	OffCPUThreshold time.Duration `yaml:"off_cpu_threshold"`
+	Processes       Processes     `yaml:"processes"`
+	Export          Export        `yaml:"export"`
 	// Symbolization says where symbols come from.
 	Symbolization Symbolization `yaml:"symbolization"`
 	// MetricsListen is the address of /metrics and /healthz; empty
@@ -105,7 +110,8 @@ type Symbolization struct {
 // Default returns the configuration used where nothing is said.
 func Default() Config {
 	return Config{
-		Frequency: 19,
+		Frequency:       19,
+		OffCPUThreshold: sampler.DefaultOffCPUThreshold,
 		Export: Export{
 			Endpoints:       []string{"localhost:4317"},
 			Compression:     "gzip",
@@ -148,8 +154,8 @@ func (c *Config) Validate() error {
 	if c.Frequency < 1 || c.Frequency > 100000 {
 		return fmt.Errorf("frequency %d out of range 1..100000", c.Frequency)
 	}
-	if c.OffCPU {
-		return errors.New("off-cpu: off-CPU sampling is not available in this build yet")
+	if c.OffCPUThreshold <= 0 || c.OffCPUThreshold > sampler.MaxOffCPUThreshold {
+		return fmt.Errorf("off-CPU threshold %v out of range 1ns..%v", c.OffCPUThreshold, sampler.MaxOffCPUThreshold)
 	}
 	for _, pid := range c.Processes.PIDs {
 		if pid <= 0 {

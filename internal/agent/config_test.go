@@ -30,6 +30,8 @@ func writeFile(t *testing.T, name, content string) string {
 
 const fullConfig = `
 frequency: 49
+off_cpu: true
+off_cpu_threshold: 5ms
 processes:
   pids: [1, 2]
   executables: [nginx, java]
@@ -63,8 +65,10 @@ func TestParseArgsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Frequency: 49,
-		Processes: Processes{PIDs: []int{1, 2}, Executables: []string{"nginx", "java"}},
+		Frequency:       49,
+		OffCPU:          true,
+		OffCPUThreshold: 5 * time.Millisecond,
+		Processes:       Processes{PIDs: []int{1, 2}, Executables: []string{"nginx", "java"}},
 		Export: Export{
 			Endpoints:       []string{"collector-a:4317", "collector-b:4317"},
 			Headers:         map[string]string{"authorization": "Bearer from-file"},
@@ -139,6 +143,12 @@ func TestParseArgsPrecedence(t *testing.T) {
 					t.Errorf("headers %v", c.Export.Headers)
 				}
 			}},
+		{"off-cpu from env and flag", []string{"--off-cpu-threshold", "1ms"}, map[string]string{"SPANPROF_OFF_CPU": "1", "SPANPROF_OFF_CPU_THRESHOLD": "3ms"},
+			func(t *testing.T, c Config) {
+				if !c.OffCPU || c.OffCPUThreshold != time.Millisecond {
+					t.Errorf("off_cpu %v threshold %v, want true and the flag's 1ms", c.OffCPU, c.OffCPUThreshold)
+				}
+			}},
 		{"flag false over env true", []string{"--insecure=false"}, map[string]string{"SPANPROF_INSECURE": "true"},
 			func(t *testing.T, c Config) {
 				if c.Export.TLS.Insecure {
@@ -171,8 +181,8 @@ func TestParseArgsErrors(t *testing.T) {
 		file string
 		want string
 	}{
-		{"off-cpu", []string{"--off-cpu"}, nil, "", "off-CPU sampling is not available"},
-		{"off-cpu from env", nil, map[string]string{"SPANPROF_OFF_CPU": "1"}, "", "off-CPU sampling is not available"},
+		{"off-cpu threshold", []string{"--off-cpu", "--off-cpu-threshold", "0s"}, nil, "", "off-CPU threshold 0s out of range"},
+		{"off-cpu threshold from env", nil, map[string]string{"SPANPROF_OFF_CPU_THRESHOLD": "2h"}, "", "off-CPU threshold 2h0m0s out of range"},
 		{"frequency", []string{"--frequency", "0"}, nil, "", "frequency 0 out of range"},
 		{"endpoint with scheme", []string{"--endpoint", "http://c:4317"}, nil, "", "without a scheme"},
 		{"endpoint without port", []string{"--endpoint", "collector"}, nil, "", "want HOST:PORT"},

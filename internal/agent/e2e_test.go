@@ -69,7 +69,7 @@ func TestAgentE2E(t *testing.T) {
 	var agentOut syncBuffer
 	agent := exec.Command(bin, "agent", "--config", cfgPath, "--endpoint", endpoint, "--insecure",
 		"--report-interval", "1s", "--pid", fmt.Sprint(chain.Process.Pid), "--pid", fmt.Sprint(work.Process.Pid),
-		"--frequency", "99", "--metrics-listen", "127.0.0.1:0")
+		"--frequency", "99", "--off-cpu", "--metrics-listen", "127.0.0.1:0")
 	agent.Stdout, agent.Stderr = &agentOut, &agentOut
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
@@ -181,7 +181,8 @@ type e2eWant struct {
 func checkE2ESamples(t *testing.T, samples []e2eSample, w e2eWant) {
 	t.Helper()
 	host, _ := os.Hostname()
-	var chainN, workN, beforeUp, chained, linked, linkedRight int
+	var chainN, workN, beforeUp, chained, linked, linkedRight, offCPU int
+	var blocked time.Duration
 	for _, s := range samples {
 		pid, _ := s.resource["process.pid"].(int64)
 		if s.resource["host.name"] != host {
@@ -200,6 +201,17 @@ func checkE2ESamples(t *testing.T, samples []e2eSample, w e2eWant) {
 		}
 		switch pid {
 		case w.chainPID:
+			if s.kind == "off_cpu" {
+				// The fixture sleeps 20 ms between busy windows.
+				offCPU += len(s.times)
+				for _, v := range s.values {
+					blocked += time.Duration(v)
+				}
+				if s.attrs["thread.state"] == "" || s.attrs["thread.id"] == "" {
+					t.Errorf("off-CPU sample without thread.state or thread.id: %v", s.attrs)
+				}
+				continue
+			}
 			chainN += len(s.times)
 			if s.resource["process.executable.name"] != "chain-clang" || !strings.HasSuffix(fmt.Sprint(s.resource["process.executable.path"]), "/chain-clang") {
 				t.Fatalf("chain resource %v", s.resource)
@@ -222,6 +234,10 @@ func checkE2ESamples(t *testing.T, samples []e2eSample, w e2eWant) {
 	}
 	t.Logf("chain %d samples (%d with the full chain), workload %d (%d linked, %d to a real span), %d sampled before the collector was up",
 		chainN, chained, workN, linked, linkedRight, beforeUp)
+	t.Logf("chain off-CPU: %d samples, %v blocked", offCPU, blocked)
+	if offCPU == 0 || blocked < 500*time.Millisecond {
+		t.Errorf("chain-clang off-CPU: %d samples, %v blocked; want its sleeps (20 ms per 100 ms)", offCPU, blocked)
+	}
 	if chainN < 100 || chained < chainN/2 {
 		t.Errorf("chain-clang: %d samples, %d with level5..main; want ≥ 100 and most", chainN, chained)
 	}

@@ -53,7 +53,8 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	fs.Var(&pids, "pid", "profile this process (repeatable; default: all processes)")
 	fs.Var(&execs, "executable", "profile processes of this executable `NAME` (repeatable)")
 	freq := fs.Int("frequency", 0, "on-CPU samples per second per CPU (default 19)")
-	offCPU := fs.Bool("off-cpu", false, "also record off-CPU time")
+	offCPU := fs.Bool("off-cpu", false, "also record off-CPU time (sched_switch)")
+	offCPUThreshold := fs.Duration("off-cpu-threshold", 0, "off-CPU sampling threshold: waits of a thread are captured about once per threshold, weighted to stay unbiased (default 2ms)")
 	metrics := fs.String("metrics-listen", "", "serve /metrics and /healthz on `HOST:PORT` (default 127.0.0.1:9464; \"off\" disables)")
 	fs.StringVar(&hostName, "host-name", "", "host.name resource attribute (default: the host name)")
 	fs.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default info)")
@@ -111,6 +112,9 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	if set["off-cpu"] {
 		cfg.OffCPU = *offCPU
 	}
+	if set["off-cpu-threshold"] {
+		cfg.OffCPUThreshold = *offCPUThreshold
+	}
 	if set["metrics-listen"] {
 		cfg.MetricsListen = *metrics
 	}
@@ -152,8 +156,9 @@ func applyEnv(cfg *Config, env LookupEnv) error {
 		}
 	}
 	durations := map[string]*time.Duration{
-		"SPANPROF_REPORT_INTERVAL": &cfg.Export.ReportInterval,
-		"SPANPROF_EXPORT_TIMEOUT":  &cfg.Export.Timeout,
+		"SPANPROF_REPORT_INTERVAL":   &cfg.Export.ReportInterval,
+		"SPANPROF_EXPORT_TIMEOUT":    &cfg.Export.Timeout,
+		"SPANPROF_OFF_CPU_THRESHOLD": &cfg.OffCPUThreshold,
 	}
 	for k, p := range durations {
 		if v, ok := env(k); ok {
