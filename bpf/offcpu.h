@@ -90,7 +90,7 @@ static __always_inline int offcpu_sampled(__u64 cycle)
 }
 
 static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, __u64 pid_tgid,
-					   struct offcpu_thread *st, __u64 now, __u64 cycle, char state)
+					   struct offcpu_thread *st, __u64 cycle, char state)
 {
 	struct offcpu_pending *p;
 	struct stack_sample *s;
@@ -102,7 +102,6 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 		return;
 	s = &p->s;
 	p->cycle_ns = cycle;
-	p->out_clock = now;
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->value = 0;
 	s->pid = pid_tgid >> 32;
@@ -147,13 +146,16 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 	count(CNT_OFFCPU_SAMPLES);
 }
 
-/* offcpu_clock returns the scheduler's clock of this CPU's run queue,
- * which __schedule has just updated: reading it costs a few loads where
- * bpf_ktime_get_ns costs tens of nanoseconds, on every switch. It is
- * sched_clock, so it only measures durations; timestamps come from
- * bpf_ktime_get_ns at capture. Kernels without group scheduling have no
- * cfs_rq->rq and use bpf_ktime_get_ns throughout, so the two clocks never
- * mix. Returns 0 when the run queue cannot be found. */
+/* offcpu_clock returns the clock of this CPU's run queue, which __schedule
+ * has just updated: reading it costs a few loads where bpf_ktime_get_ns
+ * costs tens of nanoseconds on every switch. It only sets the cycle, that
+ * is the sampling probability, which need not be exact to keep the
+ * estimate unbiased (it must only be known before the coin is drawn): the
+ * clock can lag (__schedule skips the update right after a wakeup that
+ * preempts), and it is sched_clock rather than CLOCK_MONOTONIC. Durations
+ * and timestamps of captured waits use bpf_ktime_get_ns, read only for
+ * them. Kernels without group scheduling have no cfs_rq->rq and use
+ * bpf_ktime_get_ns. Returns 0 when the run queue cannot be found. */
 static __always_inline __u64 offcpu_clock(struct task_struct *task)
 {
 	if (bpf_core_field_exists(struct cfs_rq, rq)) {
@@ -208,28 +210,29 @@ static __always_inline void offcpu_switch_out(void *ctx, struct task_struct *tas
 			return;
 		}
 	}
-	/* A thread seen for the first time has no known cycle: capture it. */
-	cycle = st->last_out ? now - st->last_out : offcpu_threshold_ns;
+	/* A thread seen for the first time has no known cycle, and the clocks
+	 * of two CPUs may disagree by a little: capture those for sure. */
+	cycle = now - st->last_out;
+	if (!st->last_out || (__s64)cycle <= 0)
+		cycle = offcpu_threshold_ns;
 	st->last_out = now;
-	if ((__s64)cycle <= 0)
-		cycle = 1;
 	if (!offcpu_sampled(cycle))
 		return;
-	offcpu_capture(ctx, task, pid_tgid, st, now, cycle, state);
+	offcpu_capture(ctx, task, pid_tgid, st, cycle, state);
 }
 
 /* offcpu_emit completes a captured wait of the thread taking the CPU. */
-static __always_inline void offcpu_emit(__u32 tid, __u64 now)
+static __always_inline void offcpu_emit(__u32 tid)
 {
 	struct offcpu_pending *p;
+	__u64 d;
 
 	p = bpf_map_lookup_elem(&offcpu_pending, &tid);
 	if (!p)
 		return;
-	p->s.value = offcpu_weighted(now - p->out_clock, p->cycle_ns);
-	if ((__s64)(now - p->out_clock) < 0)
-		p->s.value = 0;
-	if (bpf_ringbuf_output(&samples, &p->s, sizeof(p->s), 0))
+	d = bpf_ktime_get_ns() - p->s.ktime_ns;
+	p->s.value = offcpu_weighted(d, p->cycle_ns);
+	if (bpf_ringbuf_output(&samples, &p->s, sizeof(p->s), wakeup_flags()))
 		count(CNT_RINGBUF_FULL);
 	bpf_map_delete_elem(&offcpu_pending, &tid);
 }
@@ -244,13 +247,12 @@ int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct ta
 	struct offcpu_thread *st;
 	__u64 now = offcpu_clock(task);
 
-	if (!now)
-		return 0;
-	offcpu_switch_out(ctx, task, preempt, now);
+	if (now)
+		offcpu_switch_out(ctx, task, preempt, now);
 	st = bpf_task_storage_get(&offcpu_threads, next, 0, 0);
 	if (st && st->pending) {
 		st->pending = 0;
-		offcpu_emit(next->pid, now);
+		offcpu_emit(next->pid);
 	}
 	return 0;
 }
@@ -264,12 +266,11 @@ int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct ta
 	__u64 now = offcpu_clock(task);
 	__u32 tid;
 
-	if (!now)
-		return 0;
-	offcpu_switch_out(ctx, task, preempt, now);
+	if (now)
+		offcpu_switch_out(ctx, task, preempt, now);
 	tid = BPF_CORE_READ(next, pid);
 	if (tid)
-		offcpu_emit(tid, now);
+		offcpu_emit(tid);
 	return 0;
 }
 

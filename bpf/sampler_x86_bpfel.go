@@ -51,10 +51,9 @@ const (
 )
 
 type SamplerOffcpuPending struct {
-	_        structs.HostLayout
-	CycleNs  uint64
-	OutClock uint64
-	S        SamplerStackSample
+	_       structs.HostLayout
+	CycleNs uint64
+	S       SamplerStackSample
 }
 
 type SamplerOffcpuThread struct {

@@ -123,7 +123,7 @@ struct stack_sample {
  * previous blocking switch-out, which sets the probability of capturing the
  * next one (see bpf/offcpu.h). */
 struct offcpu_thread {
-	__u64 last_out; /* scheduler clock (offcpu_clock) */
+	__u64 last_out; /* run-queue clock (offcpu_clock), only for the cycle */
 	__u8 pending;   /* a capture waits in offcpu_pending */
 	__u8 pad[7];
 };
@@ -134,7 +134,6 @@ struct offcpu_pending {
 	 * threshold: the wait was captured with probability
 	 * cycle_ns / offcpu_threshold_ns. */
 	__u64 cycle_ns;
-	__u64 out_clock; /* switch-out on the scheduler clock */
 	struct stack_sample s;
 };
 
