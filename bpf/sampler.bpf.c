@@ -68,6 +68,17 @@ struct {
 	__type(value, struct otel_span_ctx);
 } traces_ctx_v1 SEC(".maps");
 
+/* Waking the reader on every record costs more than the rest of a sample
+ * (an irq_work per submit); the reader polls instead, and is woken only
+ * when the ring fills past this mark. */
+#define WAKEUP_BYTES (1 << 20)
+
+static __always_inline __u64 wakeup_flags(void)
+{
+	return bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+										: BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
@@ -254,7 +265,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	}
 
 	count(CNT_SAMPLES);
-	bpf_ringbuf_submit(s, 0);
+	bpf_ringbuf_submit(s, wakeup_flags());
 	return 0;
 }
 
@@ -298,7 +309,7 @@ static __always_inline int proc_event(__u32 pid, __u32 kind)
 	e->ktime_ns = bpf_ktime_get_ns();
 	e->pid = pid;
 	e->kind = kind;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup_flags());
 	return 0;
 }
 

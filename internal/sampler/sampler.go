@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -23,6 +24,9 @@ import (
 
 // PinDir is where maps shared with other programs are pinned.
 const PinDir = "/sys/fs/bpf/spanprof"
+
+// pollInterval bounds how long a record waits in the ring buffer.
+const pollInterval = 50 * time.Millisecond
 
 // OTelTracesMapPin is where the OTel eBPF Instrumentation pins its map of
 // the spans each thread is in (key pid_tgid, value trace_id[16] span_id[8]).
@@ -244,8 +248,15 @@ func (s *Sampler) Run() {
 	defer close(s.records)
 	defer close(s.procs)
 	var rec ringbuf.Record
+	// The programs wake the reader only when the ring fills up; otherwise
+	// it polls, so records wait at most pollInterval.
+	s.reader.SetDeadline(time.Now().Add(pollInterval))
 	for {
 		if err := s.reader.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				s.reader.SetDeadline(time.Now().Add(pollInterval))
+				continue
+			}
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return
 			}
