@@ -170,6 +170,9 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 			}, func() float64 { return float64(a.collector.Stats().Samples) }),
 		)
 	}
+	if st, ok := opts.Correlator.(interface{ Stats() correlate.Stats }); ok && reg != nil {
+		registerCorrelatorStats(reg, st.Stats)
+	}
 	for _, ep := range cfg.Export.Endpoints {
 		e, err := NewExporter(ep, cfg.Export, a.m, log)
 		if err != nil {

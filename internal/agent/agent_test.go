@@ -80,6 +80,11 @@ func (c *fakeCorrelator) Seen(pid uint32, _ time.Duration) {
 	c.seen[pid]++
 }
 func (c *fakeCorrelator) Exec(uint32) {}
+func (c *fakeCorrelator) Stats() correlate.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return correlate.Stats{Scanned: uint64(len(c.seen)), Configured: 1}
+}
 func (c *fakeCorrelator) Exit(uint32) {}
 func (c *fakeCorrelator) Info(uint32) (correlate.Info, bool) {
 	return correlate.Info{ServiceName: "checkout", Resource: map[string]string{"deployment.environment.name": "test"}}, true
@@ -171,6 +176,8 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 		`spanprof_export_queue_length{endpoint="` + col.addr + `"} 0`,
 		"spanprof_export_duration_seconds_bucket",
 		"spanprof_report_build_seconds_count",
+		"spanprof_tracectx_scans_total 2",
+		"spanprof_tracectx_configured_total 1",
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/spanprof/spanprof/internal/correlate"
 )
 
 // Drop reasons of exported batches, the reason label of
@@ -202,4 +204,22 @@ func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, healt
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}, nil
+}
+
+// registerCorrelatorStats exposes what the trace-context watcher did.
+func registerCorrelatorStats(reg prometheus.Registerer, stats func() correlate.Stats) {
+	counter := func(name, help string, v func(correlate.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(stats())) })
+	}
+	reg.MustRegister(
+		counter("spanprof_tracectx_scans_total", "Processes inspected for a trace-context source.",
+			func(s correlate.Stats) uint64 { return s.Scanned }),
+		counter("spanprof_tracectx_configured_total", "Processes whose trace-context source was configured in the kernel.",
+			func(s correlate.Stats) uint64 { return s.Configured }),
+		counter("spanprof_tracectx_scan_errors_total", "Process inspections that failed.",
+			func(s correlate.Stats) uint64 { return s.ScanErrors }),
+		counter("spanprof_tracectx_hooks_attached_total", "spanprof_set_trace_context uprobes attached.",
+			func(s correlate.Stats) uint64 { return s.HooksAttached }),
+	)
 }
