@@ -45,6 +45,7 @@ vet:
 
 test: deps check-generated vet
 	$(GO) test -count=1 -timeout 30m ./...
+	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 demo: deps build
 	$(MAKE) -C testdata/fixtures

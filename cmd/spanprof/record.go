@@ -121,7 +121,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	defer s.Close()
-	watch := correlate.New(s, nil, log)
+	watch := correlate.New(s, correlate.GoLabels(), log)
 	c := newCollector(f.frequency, log, watch)
 	// Targets named on the command line are inspected before the first
 	// sample, so their first samples already carry span ids.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,6 +31,9 @@ func readTruth(t *testing.T, path string) map[int][]truthSpan {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		p := strings.Fields(sc.Text())
+		if len(p) == 7 {
+			p = p[1:] // the Go service leads with the goroutine id
+		}
 		if len(p) != 6 {
 			t.Fatalf("bad truth line %q", sc.Text())
 		}
@@ -90,8 +94,15 @@ func measureCorrelation(samples []otlpSample, truth map[int][]truthSpan) correla
 			}
 			if s.trace != "" {
 				c.linked++
-				if at != nil && s.trace == at.trace && s.span == at.span {
-					c.linkedRight++
+				// Right: the thread was in the linked span at that time,
+				// within the 50µs the windows are measured to (at a
+				// boundary two consecutive spans both qualify).
+				for i := range spans {
+					sp := &spans[i]
+					if sp.trace == s.trace && sp.span == s.span && ts+margin >= sp.start && ts <= sp.end+margin {
+						c.linkedRight++
+						break
+					}
 				}
 				var own *truthSpan
 				for i := range spans {
@@ -112,7 +123,7 @@ var debugCorrelation = os.Getenv("SPANPROF_DEBUG_CORRELATION") != ""
 
 func containsFrame(frames []string, fn string) bool {
 	for _, f := range frames {
-		if f == fn {
+		if f == fn || strings.HasSuffix(f, "."+fn) { // Go names are package-qualified
 			return true
 		}
 	}
@@ -153,6 +164,47 @@ func TestCorrelationNative(t *testing.T) {
 			}
 			if c.linkedOutside > 0 {
 				t.Errorf("%d linked samples lie outside their span window by more than 50µs", c.linkedOutside)
+			}
+		})
+	}
+}
+
+// TestCorrelationGo runs the SDK-instrumented Go service (goroutine labels)
+// built normally and stripped.
+func TestCorrelationGo(t *testing.T) {
+	requireRoot(t)
+	src := filepath.Join(repoRoot, "testdata", "golabels", "service")
+	for _, v := range []struct{ name, ldflags string }{{"plain", ""}, {"stripped", "-s -w"}} {
+		t.Run(v.name, func(t *testing.T) {
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "service")
+			build := exec.Command("go", "build", "-ldflags="+v.ldflags, "-o", bin, ".")
+			build.Dir = src
+			if out, err := build.CombinedOutput(); err != nil {
+				t.Fatalf("build service: %v\n%s", err, out)
+			}
+			truthPath := filepath.Join(dir, "truth")
+			fix := startProgram(t, bin, "-duration", "6s", "-out", truthPath, "-gomaxprocs", "2")
+			out := filepath.Join(dir, "p.otlp.json")
+			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
+			if err := fix.Wait(); err != nil {
+				t.Fatalf("service: %v", err)
+			}
+			c := measureCorrelation(readOTLP(t, out), readTruth(t, truthPath))
+			t.Logf("go %s: in-span samples %d, with the right ids %d (%.3f%%); linked %d, right %d (%.3f%%); linked outside their window ±50µs: %d; span function on stack %d/%d",
+				v.name, c.inSpan, c.inSpanRight, pct(c.inSpanRight, c.inSpan), c.linked, c.linkedRight, pct(c.linkedRight, c.linked),
+				c.linkedOutside, c.functionRight, c.checkedF)
+			if c.inSpan < 300 {
+				t.Fatalf("only %d samples inside span windows", c.inSpan)
+			}
+			if pct(c.inSpanRight, c.inSpan) < 99.5 {
+				t.Errorf("%.3f%% of in-span samples carry the span's ids, want ≥ 99.5%%", pct(c.inSpanRight, c.inSpan))
+			}
+			if pct(c.linkedRight, c.linked) < 99.9 {
+				t.Errorf("%.3f%% of linked samples are right, want ≥ 99.9%%", pct(c.linkedRight, c.linked))
+			}
+			if pct(c.functionRight, c.checkedF) < 95 {
+				t.Errorf("span function on the stack in %.2f%% of in-span samples, want ≥ 95%%", pct(c.functionRight, c.checkedF))
 			}
 		})
 	}

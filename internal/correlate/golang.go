@@ -1,0 +1,69 @@
+package correlate
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/tracectx"
+)
+
+// GoLabels returns a GoConfig that derives the goroutine-label offsets of
+// a process's executable with tracectx.GoOffsets, cached per file version:
+// reading a binary's DWARF costs ~100 ms, and a fleet runs many copies of
+// few binaries.
+func GoLabels() GoConfig {
+	type key struct {
+		dev, ino uint64
+		size     int64
+		mtime    int64
+	}
+	type entry struct {
+		cfg bpf.SamplerProcConfig
+		err error
+	}
+	var mu sync.Mutex
+	cache := map[key]entry{}
+	return func(pid int) (bpf.SamplerProcConfig, error) {
+		exe := fmt.Sprintf("/proc/%d/exe", pid)
+		fi, err := os.Stat(exe)
+		if err != nil {
+			return bpf.SamplerProcConfig{}, fmt.Errorf("stat executable: %w", err)
+		}
+		k := key{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			k.dev, k.ino = st.Dev, st.Ino
+		}
+		mu.Lock()
+		e, ok := cache[k]
+		mu.Unlock()
+		if ok {
+			return e.cfg, e.err
+		}
+		info, err := tracectx.GoOffsets(exe)
+		switch {
+		case errors.Is(err, tracectx.ErrNotGoBinary):
+			e.err = ErrNotGo
+		case err != nil:
+			e.err = err
+		default:
+			e.cfg = bpf.SamplerProcConfig{
+				GoLayout:    uint8(info.Layout),
+				GoTlsG:      info.TLSG,
+				GoOffM:      info.OffM,
+				GoOffCurg:   info.OffCurg,
+				GoOffLabels: info.OffLabels,
+			}
+		}
+		mu.Lock()
+		if len(cache) > 4096 {
+			clear(cache)
+		}
+		cache[k] = e
+		mu.Unlock()
+		return e.cfg, e.err
+	}
+}
