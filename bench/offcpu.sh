@@ -52,12 +52,18 @@ sysctl -qw kernel.bpf_stats_enabled=1
 # full name from BTF).
 prog_ids() { bpftool prog show -j | jq -r --arg n "$1" '.[] | select(.name == $n) | .id' | sort; }
 
-# new_prog NAME BEFORE: waits for a program NAME not in BEFORE, prints its id.
+# new_prog NAME BEFORE: waits for a program NAME not in BEFORE that runs,
+# prints its id. Requiring runs skips programs other spanprof processes on
+# the machine loaded without attaching them (every spanprof loads it).
 new_prog() {
 	local name=$1 before=$2 id
 	for _ in $(seq 300); do
-		id=$(comm -13 <(echo "$before") <(prog_ids "$name") | head -1)
-		if [[ -n $id ]]; then echo "$id"; return; fi
+		for id in $(comm -13 <(echo "$before") <(prog_ids "$name")); do
+			if (($(bpftool prog show id "$id" -j | jq -r '.run_cnt // 0') > 0)); then
+				echo "$id"
+				return
+			fi
+		done
 		sleep 0.1
 	done
 	die "program $name did not appear"
