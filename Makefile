@@ -47,17 +47,30 @@ test: deps check-generated vet
 	$(GO) test -count=1 -timeout 30m ./...
 	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+# The bundled demo: a multi-threaded C service running traced spans
+# (sdk/c thread context), profiled at 499 Hz into every output format,
+# then a screenshot of the flame graph and span timeline.
+CHROMIUM_FLAGS := --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+	--disable-background-networking --disable-component-update --disable-sync
 demo: deps build
-	$(MAKE) -C testdata/fixtures
+	@$(MAKE) -s -C testdata/tracectx
 	@mkdir -p $(OUT)
-	./testdata/fixtures/build/chain-gcc 6000 $(OUT)/demo-marks.txt > /dev/null & \
-	pid=$$!; sleep 0.2; \
-	./$(BIN) record --pid $$pid --frequency 999 --duration 5s --output $(OUT)/demo.folded && \
-	./$(BIN) record --pid $$pid --frequency 999 --duration 0.5s --output $(OUT)/demo.pb.gz; \
-	wait $$pid; true
-	./$(BIN) record --frequency 99 --duration 2s
-	@echo "flame-graph input: $(OUT)/demo.folded; pprof: go tool pprof -top $(OUT)/demo.pb.gz"
+	@./testdata/tracectx/build/workload-clang $(OUT)/demo-truth.txt 60 4 > $(OUT)/demo-workload.txt & w=$$!; \
+	sleep 0.3; pid=$$(awk '/^pid/{print $$2}' $(OUT)/demo-workload.txt); \
+	echo "demo workload: pid $$pid, 4 threads running spans"; \
+	./$(BIN) record --pid $$pid --frequency 499 --duration 3s --output $(OUT)/demo.html & a=$$!; \
+	./$(BIN) record --pid $$pid --frequency 499 --duration 3s --output $(OUT)/demo.otlp.json & b=$$!; \
+	./$(BIN) record --pid $$pid --frequency 499 --duration 3s --output $(OUT)/demo.pb.gz & c=$$!; \
+	./$(BIN) record --pid $$pid --frequency 499 --duration 3s --output $(OUT)/demo.folded & d=$$!; \
+	wait $$a $$b $$c $$d && ./$(BIN) record --pid $$pid --frequency 499 --duration 2s; \
+	kill -TERM $$w; wait $$w
+	@chromium $(CHROMIUM_FLAGS) --user-data-dir=$$(mktemp -d) --window-size=1400,1000 \
+		--virtual-time-budget=3000 --screenshot=$(PWD)/$(OUT)/demo.png file://$(PWD)/$(OUT)/demo.html >/dev/null 2>&1 \
+		&& echo "screenshot: $(OUT)/demo.png" || echo "no screenshot (chromium failed)"
+	@echo "outputs: $(OUT)/demo.html (open in a browser), $(OUT)/demo.otlp.json, $(OUT)/demo.pb.gz (go tool pprof -top), $(OUT)/demo.folded"
+	@echo "serve them: ./$(BIN) serve $(OUT)/demo.otlp.json $(OUT)/demo.pb.gz"
 
 clean:
 	rm -rf bin $(OUT)
 	$(MAKE) -C testdata/fixtures clean
+	$(MAKE) -C testdata/tracectx clean
