@@ -1,7 +1,10 @@
 package check
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -10,19 +13,81 @@ import (
 // checkCollector reads an OpenTelemetry Collector configuration and wants
 // a profiles pipeline fed by an OTLP receiver. It works on the YAML node
 // tree so findings carry line numbers.
+//
+// Files named like collector configurations are often Kubernetes manifests
+// instead: a ConfigMap's data entries that hold a collector configuration
+// are checked (with line numbers in the manifest), other Kubernetes
+// objects are skipped.
 func checkCollector(target string, data []byte) ([]Finding, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("parse collector config %s: %w", target, err)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var docs []*yaml.Node
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("parse collector config %s: %w", target, err)
+		}
+		root := &doc
+		if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+			root = root.Content[0]
+		}
+		docs = append(docs, root)
 	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = root.Content[0]
+	if len(docs) == 0 {
+		return checkCollectorRoot(target, &yaml.Node{Kind: yaml.ScalarNode}, 0), nil
 	}
+	var out []Finding
+	kubernetes := 0
+	for _, root := range docs {
+		if mapValue(root, "apiVersion") == nil || mapValue(root, "kind") == nil {
+			out = append(out, checkCollectorRoot(target, root, 0)...)
+			continue
+		}
+		kubernetes++
+		if mapValue(root, "kind").Value != "ConfigMap" {
+			continue
+		}
+		entries := mapValue(root, "data")
+		if entries == nil || entries.Kind != yaml.MappingNode {
+			continue
+		}
+		for i := 0; i+1 < len(entries.Content); i += 2 {
+			val := entries.Content[i+1]
+			var inner yaml.Node
+			if yaml.Unmarshal([]byte(val.Value), &inner) != nil || len(inner.Content) == 0 {
+				continue
+			}
+			r := inner.Content[0]
+			if mapValue(r, "service") == nil && mapValue(r, "receivers") == nil {
+				continue // not a collector configuration
+			}
+			// A block scalar's content starts on the line after its key.
+			out = append(out, checkCollectorRoot(target, r, val.Line)...)
+		}
+	}
+	return out, nil
+}
+
+// checkCollectorRoot checks one collector configuration document; lineBase
+// is added to its line numbers when it is embedded in another file.
+func checkCollectorRoot(target string, root *yaml.Node, lineBase int) []Finding {
+	fs := checkCollectorDoc(target, root)
+	for i := range fs {
+		if fs[i].Line > 0 {
+			fs[i].Line += lineBase
+		}
+	}
+	return fs
+}
+
+func checkCollectorDoc(target string, root *yaml.Node) []Finding {
 	gate := newFinding("collector-feature-gate", target, target, 0,
 		"profiles pipelines are behind a feature gate; the collector refuses them without --feature-gates=service.profilesSupport")
 	if root.Kind != yaml.MappingNode {
-		return []Finding{newFinding("collector-no-profiles-pipeline", target, target, 1, "the file is not a YAML mapping"), gate}, nil
+		return []Finding{newFinding("collector-no-profiles-pipeline", target, target, 1, "the file is not a YAML mapping"), gate}
 	}
 	service := mapValue(root, "service")
 	pipelines := mapValue(service, "pipelines")
@@ -34,7 +99,7 @@ func checkCollector(target string, data []byte) ([]Finding, error) {
 		line = service.Line
 	}
 	if pipelines == nil || pipelines.Kind != yaml.MappingNode {
-		return []Finding{newFinding("collector-no-profiles-pipeline", target, target, line, "service.pipelines is missing"), gate}, nil
+		return []Finding{newFinding("collector-no-profiles-pipeline", target, target, line, "service.pipelines is missing"), gate}
 	}
 	var out []Finding
 	found := false
@@ -54,7 +119,7 @@ func checkCollector(target string, data []byte) ([]Finding, error) {
 		out = append(out, newFinding("collector-no-profiles-pipeline", target, target, line,
 			"service.pipelines has no profiles pipeline (key profiles or profiles/NAME)"))
 	}
-	return append(out, gate), nil
+	return append(out, gate)
 }
 
 // mapValue returns the value of key in a mapping node, or nil.

@@ -67,3 +67,19 @@ func TestRecordNotRoot(t *testing.T) {
 		t.Fatalf("want one line naming the privileges, got:\n%s", out)
 	}
 }
+
+// TestCheckOwnRepository runs `spanprof check` over this repository's build
+// files and its clang-built demo binaries: the project keeps its own rules.
+func TestCheckOwnRepository(t *testing.T) {
+	requireRoot(t)
+	for _, args := range [][]string{
+		{"check", repoRoot},
+		{"check", filepath.Join(repoRoot, "testdata", "tracectx", "build", "workload-clang"),
+			filepath.Join(fixtures, "chain-clang"), filepath.Join(fixtures, "gofix"), binPath},
+	} {
+		out, err := exec.Command(binPath, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("spanprof %v: %v\n%s", args, err, out)
+		}
+	}
+}
