@@ -79,7 +79,9 @@ static __always_inline int match_label(struct stack_sample *s, struct go_string 
 
 	if (k->len != 8 && k->len != 7)
 		return 0;
-	if (bpf_probe_read_user(key, sizeof(key), (void *)k->ptr))
+	/* Read exactly the key's length: a 7-byte key may end a page. */
+	if (k->len == 8 ? bpf_probe_read_user(key, 8, (void *)k->ptr)
+			: bpf_probe_read_user(key, 7, (void *)k->ptr))
 		return -1;
 	if (k->len == 8 && __builtin_memcmp(key, "trace_id", 8) == 0) {
 		if (v->len != 32 || bpf_probe_read_user(hex, 32, (void *)v->ptr))

@@ -175,7 +175,7 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
 			return;
 	}
 	tc = bpf_task_storage_get(&task_trace_context, task, 0, 0);
-	if (tc) {
+	if (tc && !is_zero_trace(tc->trace_id)) {
 		__builtin_memcpy(s->trace_id, tc->trace_id, sizeof(s->trace_id));
 		__builtin_memcpy(s->span_id, tc->span_id, sizeof(s->span_id));
 		s->ctx_source = CTX_TASK_STORAGE;
@@ -277,20 +277,27 @@ int BPF_KPROBE(set_trace_context, const __u8 *trace_id, const __u8 *span_id)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct trace_context *tc;
+	__u8 tid[16], sid[8];
 
 	if (!trace_id) {
-		bpf_task_storage_delete(&task_trace_context, task);
+		/* Clear in place: an update of the task's own entry cannot
+		 * fail, where a delete can (-EBUSY) and leave a stale span. */
+		tc = bpf_task_storage_get(&task_trace_context, task, 0, 0);
+		if (tc)
+			__builtin_memset(tc, 0, sizeof(*tc));
 		return 0;
+	}
+	if (bpf_probe_read_user(tid, sizeof(tid), trace_id) ||
+	    bpf_probe_read_user(sid, sizeof(sid), span_id)) {
+		count(CNT_CTX_READ_ERR);
+		__builtin_memset(tid, 0, sizeof(tid)); /* never keep the old span */
+		__builtin_memset(sid, 0, sizeof(sid));
 	}
 	tc = bpf_task_storage_get(&task_trace_context, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!tc)
 		return 0;
-	if (bpf_probe_read_user(tc->trace_id, sizeof(tc->trace_id), trace_id) ||
-	    bpf_probe_read_user(tc->span_id, sizeof(tc->span_id), span_id)) {
-		count(CNT_CTX_READ_ERR);
-		bpf_task_storage_delete(&task_trace_context, task);
-		return 0;
-	}
+	__builtin_memcpy(tc->trace_id, tid, sizeof(tid));
+	__builtin_memcpy(tc->span_id, sid, sizeof(sid));
 	tc->start_ktime_ns = bpf_ktime_get_ns();
 	return 0;
 }
