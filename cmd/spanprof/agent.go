@@ -48,7 +48,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	defer s.Close()
 
-	watch := correlate.New(s, nil, log)
+	watch := correlate.New(s, correlate.GoLabels(), log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a, err := agent.New(cfg, s, agent.Options{Logger: log, Registry: reg, Correlator: watch})
