@@ -43,6 +43,8 @@ type Correlator interface {
 	Exec(pid uint32)
 	Exit(pid uint32)
 	Info(pid uint32) (correlate.Info, bool)
+	// ForgetExited drops what exited processes published, after a report.
+	ForgetExited()
 }
 
 // rescanAfter is how long a process without a known context source waits
@@ -326,6 +328,9 @@ func (a *Agent) report() {
 	prof := a.collector.Build(a.now())
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
 	a.tracker.ForgetExited()
+	if a.corr != nil {
+		a.corr.ForgetExited()
+	}
 	clear(a.match)
 	if len(prof.Samples) == 0 {
 		a.log.Debug("nothing sampled this interval")

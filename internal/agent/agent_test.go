@@ -70,8 +70,9 @@ func testRecord(pid uint32, t time.Time) *sampler.Record {
 
 // fakeCorrelator names a service for every process.
 type fakeCorrelator struct {
-	mu   sync.Mutex
-	seen map[uint32]int
+	mu      sync.Mutex
+	seen    map[uint32]int
+	forgets int
 }
 
 func (c *fakeCorrelator) Seen(pid uint32, _ time.Duration) {
@@ -86,6 +87,11 @@ func (c *fakeCorrelator) Stats() correlate.Stats {
 	return correlate.Stats{Scanned: uint64(len(c.seen)), Configured: 1}
 }
 func (c *fakeCorrelator) Exit(uint32) {}
+func (c *fakeCorrelator) ForgetExited() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgets++
+}
 func (c *fakeCorrelator) Info(uint32) (correlate.Info, bool) {
 	return correlate.Info{ServiceName: "checkout", Resource: map[string]string{"deployment.environment.name": "test"}}, true
 }
@@ -231,6 +237,9 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	}
 	if corr.seen[self] == 0 {
 		t.Error("correlator never saw the sampled process")
+	}
+	if corr.forgets == 0 {
+		t.Error("reports never let the correlator forget exited processes")
 	}
 }
 

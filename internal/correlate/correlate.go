@@ -63,6 +63,7 @@ type state struct {
 	scannedAt time.Time
 	scans     int
 	resolved  bool // a context source was configured
+	exited    bool
 }
 
 // New returns a watcher; call Run to process the queue.
@@ -199,9 +200,28 @@ func (w *Watcher) Exec(pid uint32) {
 	_ = w.k.DeleteProcConfig(pid)
 }
 
-// Exit forgets pid.
+// Exit stops reading pid's context but keeps what it published (service
+// name, resource attributes) until ForgetExited, so samples taken before
+// the exit still get their resource.
 func (w *Watcher) Exit(pid uint32) {
-	w.Exec(pid)
+	w.mu.Lock()
+	if st, ok := w.procs[pid]; ok {
+		st.exited = true
+	}
+	w.mu.Unlock()
+	_ = w.k.DeleteProcConfig(pid)
+}
+
+// ForgetExited drops what is known of exited processes; call it after
+// each report.
+func (w *Watcher) ForgetExited() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for pid, st := range w.procs {
+		if st.exited {
+			delete(w.procs, pid)
+		}
+	}
 }
 
 // Info returns what is known of pid.

@@ -1,0 +1,55 @@
+package correlate
+
+import (
+	"testing"
+
+	"github.com/spanprof/spanprof/bpf"
+)
+
+type fakeKernel struct {
+	configs map[uint32]bpf.SamplerProcConfig
+}
+
+func (k *fakeKernel) SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error {
+	k.configs[pid] = cfg
+	return nil
+}
+func (k *fakeKernel) DeleteProcConfig(pid uint32) error { delete(k.configs, pid); return nil }
+func (k *fakeKernel) AttachHook(string, uint64) error   { return nil }
+
+// TestExitKeepsResourceUntilForget checks that a process's published
+// resource outlives its exit until the next report forgets it, while its
+// kernel configuration goes at once.
+func TestExitKeepsResourceUntilForget(t *testing.T) {
+	k := &fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}
+	w := New(k, nil, nil)
+	w.procs[42] = &state{info: Info{ServiceName: "checkout"}, resolved: true}
+	k.configs[42] = bpf.SamplerProcConfig{TlsKind: 1}
+
+	w.Exit(42)
+	if _, ok := k.configs[42]; ok {
+		t.Fatal("kernel configuration kept after exit")
+	}
+	if info, ok := w.Info(42); !ok || info.ServiceName != "checkout" {
+		t.Fatalf("info after exit = %+v, %v; want the service kept", info, ok)
+	}
+	w.ForgetExited()
+	if _, ok := w.Info(42); ok {
+		t.Fatal("info kept after ForgetExited")
+	}
+}
+
+// TestSeenQueuesOnce checks that a process is queued for one scan, and
+// again only after the rescan delay when no context source was found.
+func TestSeenQueuesOnce(t *testing.T) {
+	w := New(&fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}, nil, nil)
+	w.Seen(7, 1<<62)
+	w.Seen(7, 1<<62)
+	if n := len(w.queue); n != 1 {
+		t.Fatalf("queued %d times, want 1", n)
+	}
+	w.Seen(7, 0) // rescan due immediately: not resolved yet
+	if n := len(w.queue); n != 2 {
+		t.Fatalf("queued %d times after the rescan delay, want 2", n)
+	}
+}
