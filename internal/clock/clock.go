@@ -7,7 +7,10 @@
 // is measured from several (realtime, monotonic, realtime) brackets and the
 // narrowest bracket wins: its midpoint is closest to the instant the
 // monotonic clock was read. It is re-measured periodically so that a step
-// of the realtime clock (settimeofday, NTP) reaches the conversion.
+// of the realtime clock (settimeofday, NTP) reaches the conversion: by Run,
+// and, whether or not anyone calls Run, lazily by the conversion itself
+// once the timestamps it converts are ResyncInterval past the last
+// measurement.
 package clock
 
 import (
@@ -27,22 +30,43 @@ type Offset struct {
 	Error time.Duration
 }
 
+// ResyncInterval is how far past the last measurement a converted
+// timestamp may lie before the conversion re-measures the offset. A
+// measurement costs about 50 vDSO clock reads (~1 µs), so once a second
+// is free, and a realtime step reaches the timestamps within a second.
+const ResyncInterval = time.Second
+
 func now(clk int32) int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(clk, &ts) // cannot fail for these clock ids
 	return ts.Nano()
 }
 
+// Source reads the two clocks in nanoseconds. Tests inject one to step the
+// realtime clock without touching the machine's.
+type Source struct {
+	Realtime, Monotonic func() int64
+}
+
+// System reads CLOCK_REALTIME and CLOCK_MONOTONIC.
+var System = Source{
+	Realtime:  func() int64 { return now(unix.CLOCK_REALTIME) },
+	Monotonic: func() int64 { return now(unix.CLOCK_MONOTONIC) },
+}
+
 // Measure takes n brackets and returns the offset from the narrowest.
-func Measure(n int) Offset {
+func Measure(n int) Offset { return System.Measure(n) }
+
+// Measure takes n brackets of src and returns the offset from the narrowest.
+func (src Source) Measure(n int) Offset {
 	if n < 1 {
 		n = 1
 	}
 	best := Offset{Error: time.Duration(1<<63 - 1)}
 	for i := 0; i < n; i++ {
-		r1 := now(unix.CLOCK_REALTIME)
-		m := now(unix.CLOCK_MONOTONIC)
-		r2 := now(unix.CLOCK_REALTIME)
+		r1 := src.Realtime()
+		m := src.Monotonic()
+		r2 := src.Realtime()
 		width := time.Duration(r2 - r1)
 		if width < 0 {
 			// The realtime clock stepped back inside the bracket; useless.
@@ -53,8 +77,8 @@ func Measure(n int) Offset {
 		}
 	}
 	if best.Error == time.Duration(1<<63-1) {
-		r := now(unix.CLOCK_REALTIME)
-		m := now(unix.CLOCK_MONOTONIC)
+		r := src.Realtime()
+		m := src.Monotonic()
 		best = Offset{Nanos: r - m, Error: time.Millisecond}
 	}
 	return best
@@ -62,24 +86,65 @@ func Measure(n int) Offset {
 
 // Converter turns KTime into wall-clock time with an offset that Sync
 // refreshes. It is safe for concurrent use.
+//
+// Conversions re-sync by themselves: when a timestamp lies ResyncInterval
+// past the monotonic time of the last measurement, the converting call
+// measures again first. So a realtime step reaches the samples within
+// about a second even if nobody calls Run. Records already waiting in the
+// ring buffer when the clock steps are converted with the new offset (at
+// most the reader's poll interval of them).
 type Converter struct {
+	src    Source
 	offset atomic.Int64
 	err    atomic.Int64
+	// synced is the monotonic time of the last measurement; 0 before the
+	// first, so a zero Converter syncs on its first conversion.
+	synced atomic.Int64
+	// syncs counts measurements, for tests and metrics.
+	syncs atomic.Uint64
 }
 
 // NewConverter measures the offset once and returns a converter.
-func NewConverter() *Converter {
-	c := &Converter{}
+func NewConverter() *Converter { return NewConverterFrom(System) }
+
+// NewConverterFrom returns a converter reading src, measured once.
+func NewConverterFrom(src Source) *Converter {
+	c := &Converter{src: src}
 	c.Sync()
 	return c
 }
 
+func (c *Converter) source() Source {
+	if c.src.Realtime == nil || c.src.Monotonic == nil {
+		return System
+	}
+	return c.src
+}
+
 // Sync re-measures the offset and returns it.
 func (c *Converter) Sync() Offset {
-	o := Measure(16)
+	src := c.source()
+	o := src.Measure(16)
 	c.offset.Store(o.Nanos)
 	c.err.Store(int64(o.Error))
+	c.synced.Store(src.Monotonic())
+	c.syncs.Add(1)
 	return o
+}
+
+// Syncs returns how many times the offset was measured.
+func (c *Converter) Syncs() uint64 { return c.syncs.Load() }
+
+// maybeSync re-measures when t is ResyncInterval past the last measurement.
+// Of concurrent callers, one measures; the others keep the current offset.
+func (c *Converter) maybeSync(t KTime) {
+	last := c.synced.Load()
+	if int64(t)-last < int64(ResyncInterval) {
+		return
+	}
+	if c.synced.CompareAndSwap(last, int64(t)) {
+		c.Sync()
+	}
 }
 
 // Offset returns the offset in use.
@@ -89,6 +154,7 @@ func (c *Converter) Offset() Offset {
 
 // UnixNano converts a kernel timestamp to nanoseconds since the Unix epoch.
 func (c *Converter) UnixNano(t KTime) int64 {
+	c.maybeSync(t)
 	return int64(t) + c.offset.Load()
 }
 
