@@ -1,0 +1,126 @@
+package gowait
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/spanprof/spanprof/internal/profile"
+)
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+)
+
+// serviceFixture builds testdata/gowait/service once per test binary.
+func serviceFixture(t testing.TB) string {
+	t.Helper()
+	dir, err := filepath.Abs("../../testdata/gowait/service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "..", "build", "service")
+	buildOnce.Do(func() {
+		cmd := exec.Command("go", "build", "-o", bin, ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build service fixture: %w: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return bin
+}
+
+// startService runs the fixture with -wait and returns it with the
+// writer that starts its spans.
+func startService(t testing.TB, args ...string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(serviceFixture(t), append([]string{"-wait"}, args...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		t.Fatalf("fixture first line %q: %v", line, err)
+	}
+	return cmd, stdin
+}
+
+func requirePtrace(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("reading another process's memory needs root or CAP_SYS_PTRACE")
+	}
+}
+
+// spanTruth is one line of the fixture's ground truth.
+type spanTruth struct {
+	kind, function string
+	waited         int64
+}
+
+func readTruth(t *testing.T, path string) map[profile.Link]spanTruth {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[profile.Link]spanTruth{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 5 {
+			t.Fatalf("bad truth line %q", line)
+		}
+		l := linkOf(map[string]string{"trace_id": f[0], "span_id": f[1]})
+		w, _ := strconv.ParseInt(f[3], 10, 64)
+		out[l] = spanTruth{kind: f[2], waited: w, function: f[4]}
+	}
+	return out
+}
+
+// TestSampleService drives the sampler directly against the fixture and
+// checks per kind of wait that the time attributed to spans is within
+// ±20 % of the measured waits, with the runtime's wait reason and the
+// span's function on the stack.
+func TestSampleService(t *testing.T) {
+	requirePtrace(t)
+	truthPath := filepath.Join(t.TempDir(), "truth")
+	cmd, stdin := startService(t, "-out", truthPath, "-duration", "6s")
+	s := New(Options{})
+	if err := s.Add(uint32(cmd.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	stdin.Write([]byte("go\n"))
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	cancel()
+	<-done
+	checkAttribution(t, readTruth(t, truthPath), s.Drain())
+	t.Logf("stats %+v", s.Stats())
+}
