@@ -45,10 +45,28 @@ type recordFlags struct {
 	offCPUThreshold time.Duration
 	output          string
 	verbose         bool
+	// Symbolization (docs/symbolization.md).
+	symbolize      symbolize.Mode
+	debugDirs      stringList
+	debuginfodWait time.Duration
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(s string) error {
+	if s == "" {
+		return errors.New("empty value")
+	}
+	*l = append(*l, s)
+	return nil
 }
 
 func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	f := &recordFlags{}
+	var err error
 	fs := flag.NewFlagSet("spanprof record", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&f.pids, "pid", "profile this process (repeatable; default: all processes)")
@@ -60,8 +78,17 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 		"off-CPU sampling: threads switching out less often than this are recorded exactly, others in proportion, with unbiased weights; 1ns records every wait")
 	fs.StringVar(&f.output, "output", "", "write to FILE; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
-	if err := fs.Parse(args); err != nil {
+	mode := fs.String("symbolize", "local", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories; full: also debuginfod (DEBUGINFOD_URLS)")
+	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
+	fs.DurationVar(&f.debuginfodWait, "debuginfod-wait", 5*time.Second, "with --symbolize=full, how long to wait at the end for debug files being fetched")
+	if err = fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if f.symbolize, err = symbolize.ParseMode(*mode); err != nil {
+		return nil, fmt.Errorf("--symbolize: %w", err)
+	}
+	if f.debuginfodWait < 0 {
+		return nil, fmt.Errorf("--debuginfod-wait must not be negative, got %v", f.debuginfodWait)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -122,7 +149,11 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 	}
 	defer s.Close()
 	watch := correlate.New(s, correlate.GoLabels(), log)
-	c := newCollector(f.frequency, log, watch)
+	sym, err := newSymbolization(f, log, stderr)
+	if err != nil {
+		return err
+	}
+	c := newCollector(f.frequency, log, watch, sym)
 	// Targets named on the command line are inspected before the first
 	// sample, so their first samples already carry span ids.
 	for _, pid := range f.pids {
@@ -198,7 +229,9 @@ drainLoop:
 	if err != nil {
 		log.Warn("read counters", "error", err)
 	}
+	sym.prepare(ctx, c, stderr)
 	prof := c.Build(end)
+	sym.report(log)
 	prof.Lost = lostCounts(counters)
 	if n := totalLost(prof.Lost); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)
@@ -214,8 +247,9 @@ drainLoop:
 	return nil
 }
 
-func newCollector(freq int, log *slog.Logger, watch *correlate.Watcher) *collect.Collector {
-	opts := collect.Options{Frequency: freq, Logger: log}
+func newCollector(freq int, log *slog.Logger, watch *correlate.Watcher, sym *symbolization) *collect.Collector {
+	opts := collect.Options{Frequency: freq, Logger: log,
+		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
 	opts.Resource = func(pid uint32) (string, map[string]string) {
 		info, _ := watch.Info(pid)
 		return info.ServiceName, info.Resource

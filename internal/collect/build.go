@@ -6,6 +6,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 // builder symbolizes one batch, caching by process and address so each
@@ -112,9 +113,15 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 	m := p.Find(addr)
 	switch {
 	case m == nil:
-		fs = []profile.Frame{{Address: addr, Mapping: b.unknownMapping(p.PID)}}
+		// JIT code mapped after the process was first read is in no
+		// known mapping; its perf map may still name it.
+		fs = []profile.Frame{b.jitFrame(p.PID, addr, b.unknownMapping(p.PID))}
+	case m.Anonymous() && m.Path == "":
+		fs = []profile.Frame{b.jitFrame(p.PID, addr, b.mapping(p, m))}
 	case m.Anonymous() || m.Path[0] == '[':
 		fs = []profile.Frame{{Address: addr, Mapping: b.mapping(p, m)}}
+	case b.opts.Mode == symbolize.ModeNone:
+		fs = []profile.Frame{b.addressFrame(p, m, addr)}
 	default:
 		pm := b.mapping(p, m)
 		obj, err := b.opts.Symbolizer.Open(p.OpenPath(m), m.Path)
@@ -130,6 +137,32 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 	}
 	b.cache[k] = fs
 	return fs
+}
+
+// jitFrame names an address in anonymous executable memory from the
+// process's perf map (/tmp/perf-PID.map), or leaves it an address.
+func (b *builder) jitFrame(pid uint32, addr uint64, pm *profile.Mapping) profile.Frame {
+	f := profile.Frame{Address: addr, Mapping: pm}
+	if b.opts.PerfMaps != nil && b.opts.Mode != symbolize.ModeNone {
+		if name, ok := b.opts.PerfMaps.Lookup(pid, addr); ok {
+			f.Function = name
+		}
+	}
+	return f
+}
+
+// addressFrame is a frame left for a backend to symbolize: the address
+// and a mapping carrying the file's build ID and offset, no name.
+func (b *builder) addressFrame(p *proc.Process, m *proc.Mapping, addr uint64) profile.Frame {
+	pm := b.mapping(p, m)
+	if pm.BuildID == "" && pm.HTLHash == "" {
+		if id, err := b.opts.Symbolizer.Identify(p.OpenPath(m)); err == nil {
+			pm.BuildID, pm.HTLHash = id.BuildID, id.HTLHash
+		} else {
+			b.opts.Logger.Debug("identify object", "path", m.Path, "pid", p.PID, "error", err)
+		}
+	}
+	return profile.Frame{Address: addr, Mapping: pm}
 }
 
 func (b *builder) mapping(p *proc.Process, m *proc.Mapping) *profile.Mapping {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/perfmap"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
@@ -43,6 +44,13 @@ type Options struct {
 	// OTEL_SERVICE_NAME from the process environment.
 	Resource func(pid uint32) (service string, attrs map[string]string)
 	Logger   *slog.Logger
+	// Mode symbolize.ModeNone leaves user frames as address, build ID and
+	// file offset for a backend to symbolize; kernel frames keep their
+	// names, since no backend can resolve this boot's kernel addresses.
+	Mode symbolize.Mode
+	// PerfMaps names JIT code in anonymous memory; nil leaves it as
+	// addresses.
+	PerfMaps *perfmap.Cache
 }
 
 // raw is a sample kept until the profile is built; only addresses, so
@@ -143,6 +151,44 @@ func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats
+}
+
+// Prepare opens the object of every mapping the samples added so far
+// touch, without symbolizing: objects waiting for a separate debug file
+// request it now (symbolize.DebugFetcher), so that a caller can give the
+// fetches time to finish before Build.
+func (c *Collector) Prepare() {
+	if c.opts.Mode == symbolize.ModeNone {
+		return
+	}
+	c.mu.Lock()
+	type key struct {
+		pid   uint32
+		start uint64
+	}
+	seen := map[key]bool{}
+	var todo []key
+	for i := range c.samples {
+		r := &c.samples[i]
+		p := c.opts.Tracker.Get(r.pid)
+		for _, a := range r.user {
+			m := p.Find(a)
+			if m == nil || m.Anonymous() || m.Path[0] == '[' {
+				continue
+			}
+			if k := (key{r.pid, m.Start}); !seen[k] {
+				seen[k] = true
+				todo = append(todo, k)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range todo {
+		p := c.opts.Tracker.Get(k.pid)
+		if m := p.Find(k.start); m != nil {
+			c.opts.Symbolizer.Open(p.OpenPath(m), m.Path)
+		}
+	}
 }
 
 // Build symbolizes everything added since the last Build and returns it as

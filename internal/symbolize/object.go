@@ -2,8 +2,6 @@ package symbolize
 
 import (
 	"debug/elf"
-	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 
@@ -21,6 +19,13 @@ type Object struct {
 	progs []*elf.Prog
 	syms  *symtab
 	gotab *goTable
+	dwarf *debugInfo // nil without DWARF
+	// debugSource says where symbols beyond the file's own came from:
+	// "" (none needed or found), "local" or "debuginfod".
+	debugSource string
+	// awaitingDebug is set when a debug file was requested from
+	// debuginfod; Open parses the object again once it arrived.
+	awaitingDebug bool
 
 	mu        sync.Mutex
 	demangled map[string]string
@@ -29,9 +34,12 @@ type Object struct {
 // Symbol is what a lookup finds at one virtual address.
 type Symbol struct {
 	Function string
-	// File and Line are known for Go code (pclntab) only.
+	// File and Line come from the Go pclntab or from DWARF line tables
+	// (in the file or its separate debug file); empty without either.
 	File string
 	Line int
+	// Inlined marks a function inlined into the next Symbol of a chain.
+	Inlined bool
 }
 
 // Identity returns the build ID or content hash of the object.
@@ -56,35 +64,84 @@ func (o *Object) VirtualAddress(m *profile.Mapping, addr uint64) (uint64, bool) 
 	return VirtualAddress(o.progs, m, addr)
 }
 
-// Lookup symbolizes an ELF virtual address. Go binaries are resolved
-// through the pclntab (which has file and line), anything else, and C code
-// linked into Go binaries, through .symtab and .dynsym.
+// HasDWARF reports whether file and line numbers come from DWARF.
+func (o *Object) HasDWARF() bool { return o.dwarf != nil }
+
+// DebugSource tells where a stripped object's symbols came from: "local"
+// (a debug directory or debuglink), "debuginfod", or "" (its own tables).
+func (o *Object) DebugSource() string { return o.debugSource }
+
+// Lookup symbolizes an ELF virtual address to the function that holds the
+// instruction (the outermost of an inlined chain). Go binaries are
+// resolved through the pclntab, anything else, and C code linked into Go
+// binaries, through .symtab, .dynsym and DWARF.
 func (o *Object) Lookup(vaddr uint64) (Symbol, bool) {
-	if o.gotab != nil {
-		if fn, file, line, ok := o.gotab.lookup(vaddr); ok {
-			return Symbol{Function: fn, File: file, Line: line}, true
-		}
-	}
-	s, ok := o.syms.lookup(vaddr)
-	if !ok {
+	chain := o.LookupInlined(vaddr, nil)
+	if len(chain) == 0 {
 		return Symbol{}, false
 	}
-	return Symbol{Function: o.demangle(s.name)}, true
+	return chain[len(chain)-1], true
 }
 
-// Frames appends the frame of runtime address addr in mapping m to dst.
-// The frame's Mapping is m itself, so the caller owns the mapping values
-// (and should have called FillMapping on it). An address that cannot be
-// symbolized still yields a frame with Address and Mapping set, so
-// exporters can show module and offset.
-func (o *Object) Frames(dst []profile.Frame, m *profile.Mapping, addr uint64) []profile.Frame {
-	f := profile.Frame{Address: addr, Mapping: m}
-	if vaddr, ok := o.VirtualAddress(m, addr); ok {
-		if s, ok := o.Lookup(vaddr); ok {
-			f.Function, f.File, f.Line = s.Function, s.File, s.Line
+// LookupInlined appends to dst the call chain at vaddr, innermost first:
+// the inlined functions (Inlined set) and then the function that holds
+// the instruction. It appends nothing when no table knows the address.
+func (o *Object) LookupInlined(vaddr uint64, dst []Symbol) []Symbol {
+	if o.gotab != nil {
+		if fn, file, line, ok := o.gotab.lookup(vaddr); ok {
+			return append(dst, Symbol{Function: fn, File: file, Line: line})
 		}
 	}
-	return append(dst, f)
+	s, symOK := o.syms.lookup(vaddr)
+	var locs []location
+	if o.dwarf != nil {
+		locs = o.dwarf.locations(vaddr)
+	}
+	if len(locs) == 0 {
+		if !symOK {
+			return dst
+		}
+		return append(dst, Symbol{Function: o.demangle(s.name)})
+	}
+	outer := &locs[len(locs)-1]
+	switch {
+	case symOK:
+		// The symbol table names the physical function as every other
+		// tool shows it (demangled, with C++ parameters).
+		outer.function = o.demangle(s.name)
+	case outer.function == "":
+		return dst
+	}
+	for i, l := range locs {
+		if l.function == "" {
+			// An inlined subroutine without a name would make up a frame.
+			continue
+		}
+		dst = append(dst, Symbol{Function: l.function, File: l.file, Line: l.line, Inlined: i < len(locs)-1})
+	}
+	return dst
+}
+
+// Frames appends the frames of runtime address addr in mapping m to dst,
+// innermost inlined function first. The frames' Mapping is m itself, so
+// the caller owns the mapping values (and should have called FillMapping
+// on it). An address that cannot be symbolized still yields a frame with
+// Address and Mapping set, so exporters can show module and offset.
+func (o *Object) Frames(dst []profile.Frame, m *profile.Mapping, addr uint64) []profile.Frame {
+	vaddr, ok := o.VirtualAddress(m, addr)
+	if !ok {
+		return append(dst, profile.Frame{Address: addr, Mapping: m})
+	}
+	var buf [8]Symbol
+	chain := o.LookupInlined(vaddr, buf[:0])
+	if len(chain) == 0 {
+		return append(dst, profile.Frame{Address: addr, Mapping: m})
+	}
+	for _, s := range chain {
+		dst = append(dst, profile.Frame{Address: addr, Mapping: m, Function: s.Function,
+			File: s.File, Line: s.Line, Inlined: s.Inlined})
+	}
+	return dst
 }
 
 // demangle turns C++ and Rust names into readable ones, memoized because
@@ -104,80 +161,4 @@ func (o *Object) demangle(name string) string {
 	}
 	o.demangled[name] = d
 	return d
-}
-
-// parseObject reads the tables of an opened ELF file. debugDirs are
-// searched for a separate debug file when the file has no .symtab.
-func parseObject(ef *elf.File, id Identity, openPath, displayPath string, debugDirs []string) (*Object, error) {
-	o := &Object{id: id, path: displayPath, progs: ef.Progs}
-	files := []*elf.File{ef}
-	if ef.Section(".symtab") == nil {
-		if df := openDebugFile(ef, id, openPath, displayPath, debugDirs); df != nil {
-			defer df.Close()
-			files = append(files, df)
-		}
-	}
-	o.syms = newSymtab(files...)
-	if pt, err := FindPclntab(ef); err == nil {
-		gt, err := newGoTable(pt)
-		if err != nil {
-			return nil, err
-		}
-		o.gotab = gt
-	} else if !errors.Is(err, ErrNoPclntab) {
-		return nil, err
-	}
-	return o, nil
-}
-
-// openDebugFile finds the separate debug file of a stripped binary, the
-// way gdb does: by build ID under <dir>/.build-id/xx/rest.debug, then by
-// .gnu_debuglink next to the file, in its .debug directory and under
-// <dir>/<original directory>.
-func openDebugFile(ef *elf.File, id Identity, openPath, displayPath string, debugDirs []string) *elf.File {
-	var cands []string
-	if len(id.BuildID) > 2 {
-		for _, d := range debugDirs {
-			cands = append(cands, filepath.Join(d, ".build-id", id.BuildID[:2], id.BuildID[2:]+".debug"))
-		}
-	}
-	if link := debugLink(ef); link != "" {
-		cands = append(cands,
-			filepath.Join(filepath.Dir(openPath), link),
-			filepath.Join(filepath.Dir(openPath), ".debug", link))
-		for _, d := range debugDirs {
-			cands = append(cands, filepath.Join(d, filepath.Dir(displayPath), link))
-		}
-	}
-	for _, c := range cands {
-		if c == openPath {
-			continue
-		}
-		df, err := elf.Open(c)
-		if err != nil {
-			continue
-		}
-		if id.BuildID != "" && BuildID(df) != id.BuildID {
-			df.Close()
-			continue
-		}
-		return df
-	}
-	return nil
-}
-
-// debugLink returns the file name stored in .gnu_debuglink.
-func debugLink(ef *elf.File) string {
-	s := ef.Section(".gnu_debuglink")
-	if s == nil {
-		return ""
-	}
-	d, err := s.Data()
-	if err != nil {
-		return ""
-	}
-	if i := strings.IndexByte(string(d), 0); i > 0 {
-		return string(d[:i])
-	}
-	return ""
 }

@@ -23,6 +23,48 @@ type Options struct {
 	// DebugDirs are searched for separate debug files of stripped
 	// binaries. Nil means /usr/lib/debug.
 	DebugDirs []string
+	// Fetcher, when set, fetches debug files that no debug directory
+	// holds (debuginfod, ModeFull).
+	Fetcher DebugFetcher
+	// Mode ModeNone skips DWARF line tables, which nobody will read.
+	Mode Mode
+}
+
+// Mode says how much symbolization happens on this machine.
+type Mode int
+
+const (
+	// ModeLocal uses the binaries and local debug directories (default).
+	ModeLocal Mode = iota
+	// ModeNone leaves user frames as module+offset with build IDs, for
+	// backends that symbolize themselves.
+	ModeNone
+	// ModeFull adds debug files fetched from debuginfod servers.
+	ModeFull
+)
+
+// ParseMode parses the --symbolize flag value.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "local", "":
+		return ModeLocal, nil
+	case "none":
+		return ModeNone, nil
+	case "full":
+		return ModeFull, nil
+	}
+	return 0, fmt.Errorf("parse symbolization mode %q: want none, local or full", s)
+}
+
+// String returns the flag spelling of the mode.
+func (m Mode) String() string {
+	switch m {
+	case ModeNone:
+		return "none"
+	case ModeFull:
+		return "full"
+	}
+	return "local"
 }
 
 // Symbolizer is shared by all processes. Its methods are safe for
@@ -34,6 +76,8 @@ type Symbolizer struct {
 	mu      sync.Mutex
 	objects *lru[string, *objectEntry]   // object key → parsed object
 	files   *lru[fileStat, fileIdentity] // file version → identity
+
+	stats stats
 }
 
 // objectEntry lets concurrent openers of one build ID wait for one parse:
@@ -75,6 +119,18 @@ type fileStat struct {
 	mtime          int64
 }
 
+func statFile(path string) (fileStat, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStat{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	st := fileStat{size: uint64(fi.Size()), mtime: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.dev, st.ino = sys.Dev, sys.Ino
+	}
+	return st, nil
+}
+
 // Open returns the parsed object of the ELF file at openPath, a path the
 // agent can read (such as /proc/PID/root/usr/lib/libc.so.6 or
 // /proc/PID/map_files/START-END). displayPath is the path as the process
@@ -84,23 +140,24 @@ type fileStat struct {
 // displayPath, size and mtime; a file version already seen is recognized
 // by a stat alone.
 func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
-	fi, err := os.Stat(openPath)
+	st, err := statFile(openPath)
 	if err != nil {
-		return nil, fmt.Errorf("stat %s: %w", openPath, err)
-	}
-	st := fileStat{size: uint64(fi.Size()), mtime: fi.ModTime().UnixNano()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.dev, st.ino = sys.Dev, sys.Ino
+		return nil, err
 	}
 	s.mu.Lock()
 	if fid, ok := s.files.get(st); ok {
 		if e, ok := s.objects.get(fid.key); ok {
 			s.mu.Unlock()
 			<-e.done
-			return e.obj, e.err
+			if !s.debugArrived(e) {
+				return e.obj, e.err
+			}
+		} else {
+			s.mu.Unlock()
 		}
+	} else {
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 
 	f, err := os.Open(openPath)
 	if err != nil {
@@ -111,13 +168,13 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse elf %s: %w", displayPath, err)
 	}
-	id, err := identify(ef, f, fi.Size())
+	id, err := identify(ef, f, int64(st.size))
 	if err != nil {
 		return nil, fmt.Errorf("identify %s: %w", displayPath, err)
 	}
 	key := id.Key()
 	if id.BuildID == "" {
-		key = "path:" + displayPath + ":" + strconv.FormatInt(fi.Size(), 10) + ":" + strconv.FormatInt(st.mtime, 10)
+		key = "path:" + displayPath + ":" + strconv.FormatUint(st.size, 10) + ":" + strconv.FormatInt(st.mtime, 10)
 	}
 
 	s.mu.Lock()
@@ -126,15 +183,25 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	if ok {
 		s.mu.Unlock()
 		<-e.done
-		return e.obj, e.err
+		if !s.debugArrived(e) {
+			return e.obj, e.err
+		}
+		s.mu.Lock()
+		// Replace the entry unless a concurrent opener already did.
+		if cur, _ := s.objects.get(key); cur != e {
+			s.mu.Unlock()
+			<-cur.done
+			return cur.obj, cur.err
+		}
 	}
 	e = &objectEntry{done: make(chan struct{})}
 	if ev, evicted := s.objects.put(key, e); evicted {
+		s.stats.evicted.Add(1)
 		s.log.Debug("evict symbol table", "key", ev)
 	}
 	s.mu.Unlock()
 
-	e.obj, e.err = parseObject(ef, id, openPath, displayPath, s.opts.DebugDirs)
+	e.obj, e.err = s.parse(ef, id, openPath, displayPath)
 	close(e.done)
 	if e.err != nil {
 		s.log.Debug("parse object", "path", displayPath, "err", e.err)
@@ -143,6 +210,33 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	s.log.Debug("parsed object", "path", displayPath, "key", key,
 		"symbols", e.obj.NumSymbols(), "go", e.obj.IsGo())
 	return e.obj, nil
+}
+
+// debugArrived reports whether the object of e waited for a debug file
+// that the fetcher now has, so it is worth parsing again.
+func (s *Symbolizer) debugArrived(e *objectEntry) bool {
+	if e.err != nil || e.obj == nil || !e.obj.awaitingDebug || s.opts.Fetcher == nil {
+		return false
+	}
+	_, ok := s.opts.Fetcher.Cached(e.obj.id.BuildID)
+	return ok
+}
+
+// Identify returns the identity of the file at openPath without parsing
+// its tables (ModeNone needs only the build ID); a file version seen
+// before costs a stat.
+func (s *Symbolizer) Identify(openPath string) (Identity, error) {
+	st, err := statFile(openPath)
+	if err != nil {
+		return Identity{}, err
+	}
+	s.mu.Lock()
+	fid, ok := s.files.get(st)
+	s.mu.Unlock()
+	if ok {
+		return fid.id, nil
+	}
+	return Identify(openPath)
 }
 
 // Len reports how many objects are cached.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/collect"
+	"github.com/spanprof/spanprof/internal/debuginfod"
+	"github.com/spanprof/spanprof/internal/perfmap"
+	"github.com/spanprof/spanprof/internal/symbolize"
+)
+
+// symbolization holds what `record` symbolizes with, per --symbolize.
+type symbolization struct {
+	mode       symbolize.Mode
+	symbolizer *symbolize.Symbolizer
+	perfMaps   *perfmap.Cache
+	debuginfod *debuginfod.Client // nil unless --symbolize=full with servers
+	wait       time.Duration
+}
+
+func newSymbolization(f *recordFlags, log *slog.Logger, stderr io.Writer) (*symbolization, error) {
+	s := &symbolization{mode: f.symbolize, perfMaps: perfmap.New(perfmap.Options{}), wait: f.debuginfodWait}
+	opts := symbolize.Options{Mode: f.symbolize, DebugDirs: append([]string{}, f.debugDirs...)}
+	opts.DebugDirs = append(opts.DebugDirs, "/usr/lib/debug")
+	if f.symbolize == symbolize.ModeFull {
+		urls := debuginfod.URLsFromEnv()
+		if len(urls) == 0 {
+			fmt.Fprintln(stderr, "spanprof: --symbolize=full without DEBUGINFOD_URLS: using local debug files only")
+		} else {
+			c, err := debuginfod.New(debuginfod.Options{URLs: urls, Verify: symbolize.VerifyDebugFile, Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			s.debuginfod = c
+			opts.Fetcher = c
+		}
+	}
+	s.symbolizer = symbolize.New(log, opts)
+	return s, nil
+}
+
+// prepare requests the debug files the samples need and waits, up to
+// --debuginfod-wait, for the fetches to end. Frames of objects still
+// waiting keep module, offset and build ID, for a backend to resolve.
+func (s *symbolization) prepare(ctx context.Context, c *collect.Collector, stderr io.Writer) {
+	if s.debuginfod == nil {
+		return
+	}
+	c.Prepare()
+	if s.debuginfod.Pending() == 0 || s.wait <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.wait)
+	defer cancel()
+	left := s.debuginfod.Wait(ctx, func(n int) {
+		fmt.Fprintf(stderr, "spanprof: waiting for %d debug file(s) from debuginfod\n", n)
+	})
+	if left > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d debug file(s) still being fetched after %v; their frames stay module+offset\n", left, s.wait)
+	}
+}
+
+// report puts the symbolization counters in the log, and rejected debug
+// files and failed fetches on stderr as warnings.
+func (s *symbolization) report(log *slog.Logger) {
+	st := s.symbolizer.Stats()
+	if n := st.RejectedBuildID + st.RejectedCRC + st.RejectedCorrupt; n > 0 {
+		log.Warn("debug files rejected", "build_id_mismatch", st.RejectedBuildID,
+			"crc_mismatch", st.RejectedCRC, "corrupt", st.RejectedCorrupt)
+	}
+	log.Debug("symbolization", "mode", s.mode.String(), "objects", st.Parsed, "debug_files", st.DebugFiles,
+		"debuginfod_files", st.DebuginfodFiles, "dwarf_errors", st.DWARFErrors)
+	if s.debuginfod != nil {
+		d := s.debuginfod.Stats()
+		if n := d.NotFound + d.Timeouts + d.HTTPError + d.Invalid + d.Dropped; n > 0 {
+			log.Warn("debuginfod fetches failed", "not_found", d.NotFound, "timeouts", d.Timeouts,
+				"http_errors", d.HTTPError, "invalid", d.Invalid, "dropped", d.Dropped)
+		}
+		log.Debug("debuginfod", "requested", d.Requested, "fetched", d.Fetched, "pending", d.Pending)
+	}
+}

@@ -1,0 +1,163 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sync/atomic"
+)
+
+// DebugFetcher fetches separate debug files by build ID out of band
+// (internal/debuginfod). Both methods must return at once: they are
+// called while a profile is symbolized, never waiting for the network.
+type DebugFetcher interface {
+	// Cached returns the path of a debug file already fetched.
+	Cached(buildID string) (path string, ok bool)
+	// Request asks for the debug file in the background; Cached reports
+	// it once it arrived.
+	Request(buildID string)
+}
+
+// Stats counts what the Symbolizer did, so that no rejected debug file or
+// failed parse goes unnoticed.
+type Stats struct {
+	Parsed  uint64 // objects parsed
+	Evicted uint64 // objects dropped from the cache
+	// DebugFiles counts separate debug files used, DebuginfodFiles those
+	// of them that debuginfod supplied.
+	DebugFiles      uint64
+	DebuginfodFiles uint64
+	// DebuginfodRequests counts build IDs handed to the fetcher.
+	DebuginfodRequests uint64
+	// Rejected debug files, by reason (ErrDebugBuildID, ErrDebugCRC,
+	// ErrDebugCorrupt).
+	RejectedBuildID uint64
+	RejectedCRC     uint64
+	RejectedCorrupt uint64
+	// DWARFErrors counts debug files whose symbols were kept but whose
+	// DWARF line tables could not be read.
+	DWARFErrors uint64
+}
+
+type stats struct {
+	parsed, evicted, debugFiles, debuginfodFiles, debuginfodRequests atomic.Uint64
+	rejBuildID, rejCRC, rejCorrupt, dwarfErrors                      atomic.Uint64
+}
+
+// Stats returns the counts so far.
+func (s *Symbolizer) Stats() Stats {
+	st := &s.stats
+	return Stats{
+		Parsed: st.parsed.Load(), Evicted: st.evicted.Load(),
+		DebugFiles: st.debugFiles.Load(), DebuginfodFiles: st.debuginfodFiles.Load(),
+		DebuginfodRequests: st.debuginfodRequests.Load(),
+		RejectedBuildID:    st.rejBuildID.Load(), RejectedCRC: st.rejCRC.Load(),
+		RejectedCorrupt: st.rejCorrupt.Load(), DWARFErrors: st.dwarfErrors.Load(),
+	}
+}
+
+// reject counts a refused debug file by its reason.
+func (s *Symbolizer) reject(err error) {
+	switch {
+	case errors.Is(err, ErrDebugCRC):
+		s.stats.rejCRC.Add(1)
+	case errors.Is(err, ErrDebugBuildID):
+		s.stats.rejBuildID.Add(1)
+	default:
+		s.stats.rejCorrupt.Add(1)
+	}
+}
+
+// parse reads the tables of an opened ELF file. A file without .symtab
+// gets its separate debug file: from the debug directories and
+// .gnu_debuglink, else from the fetcher (which may only request it).
+func (s *Symbolizer) parse(ef *elf.File, id Identity, openPath, displayPath string) (*Object, error) {
+	s.stats.parsed.Add(1)
+	o := &Object{id: id, path: displayPath, progs: ef.Progs}
+	files := []*elf.File{ef}
+	dwarfFile := ef
+	if ef.Section(".symtab") == nil || ef.Section(".debug_info") == nil {
+		if df, src := s.debugFile(ef, id, openPath, displayPath, &o.awaitingDebug); df != nil {
+			defer df.Close()
+			files = append(files, df)
+			dwarfFile = df
+			o.debugSource = src
+		}
+	}
+	o.syms = newSymtab(files...)
+	if pt, err := FindPclntab(ef); err == nil {
+		gt, err := newGoTable(pt)
+		if err != nil {
+			return nil, err
+		}
+		o.gotab = gt
+	} else if !errors.Is(err, ErrNoPclntab) {
+		return nil, err
+	}
+	// Go binaries have file and line in the pclntab; their DWARF would
+	// only cost memory.
+	if o.gotab == nil && s.opts.Mode != ModeNone {
+		di, err := loadDebugInfo(dwarfFile)
+		if err != nil {
+			s.stats.dwarfErrors.Add(1)
+			s.log.Warn("file and line numbers unavailable", "path", displayPath, "error", err)
+		}
+		o.dwarf = di
+	}
+	return o, nil
+}
+
+// debugFile finds a separate debug file. A binary that has .symtab but
+// no DWARF only takes one from the debug directories, for lines; fetching
+// over the network is kept for binaries without symbols.
+func (s *Symbolizer) debugFile(ef *elf.File, id Identity, openPath, displayPath string, awaiting *bool) (*elf.File, string) {
+	for _, c := range debugCandidates(ef, id, openPath, displayPath, s.opts.DebugDirs) {
+		if c.path == openPath {
+			continue
+		}
+		df, err := openDebugFile(c, id)
+		if err == nil {
+			s.stats.debugFiles.Add(1)
+			s.log.Debug("separate debug file", "path", displayPath, "debug", c.path)
+			return df, "local"
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.reject(err)
+			s.log.Warn("reject debug file", "path", displayPath, "error", err)
+		}
+	}
+	if s.opts.Fetcher == nil || id.BuildID == "" || ef.Section(".symtab") != nil {
+		return nil, ""
+	}
+	if p, ok := s.opts.Fetcher.Cached(id.BuildID); ok {
+		df, err := openDebugFile(debugCandidate{path: p}, id)
+		if err == nil {
+			s.stats.debugFiles.Add(1)
+			s.stats.debuginfodFiles.Add(1)
+			return df, "debuginfod"
+		}
+		s.reject(err)
+		s.log.Warn("reject debug file from debuginfod", "path", displayPath, "error", err)
+		return nil, ""
+	}
+	s.stats.debuginfodRequests.Add(1)
+	s.opts.Fetcher.Request(id.BuildID)
+	*awaiting = true
+	return nil, ""
+}
+
+// VerifyDebugFile checks that the file at path is a readable debug file
+// of the binary with the given build ID; debuginfod uses it to refuse
+// what a server sent before caching it.
+func VerifyDebugFile(path, buildID string) error {
+	df, err := openDebugFile(debugCandidate{path: path}, Identity{BuildID: buildID})
+	if err != nil {
+		return err
+	}
+	defer df.Close()
+	if got := BuildID(df); got != buildID {
+		return fmt.Errorf("check %s: build ID %q, want %s: %w", path, got, buildID, ErrDebugBuildID)
+	}
+	return nil
+}
