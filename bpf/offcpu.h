@@ -95,7 +95,6 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 	struct offcpu_pending *p;
 	struct stack_sample *s;
 	__u32 zero = 0, tid = (__u32)pid_tgid;
-	long n;
 
 	p = bpf_map_lookup_elem(&offcpu_scratch, &zero);
 	if (!p)
@@ -124,20 +123,7 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 	 * ones it will resume with. */
 	fill_user(s, task);
 	read_trace_context(s, task, pid_tgid);
-	n = bpf_get_stack(ctx, s->kern_stack, sizeof(s->kern_stack), 0);
-	if (n < 0) {
-		count(CNT_KSTACK_ERR);
-		s->kern_frames = n;
-	} else {
-		s->kern_frames = n / sizeof(__u64);
-	}
-	n = bpf_get_stack(ctx, s->user_stack, sizeof(s->user_stack), BPF_F_USER_STACK);
-	if (n < 0) {
-		count(CNT_USTACK_ERR);
-		s->user_frames = n;
-	} else {
-		s->user_frames = n / sizeof(__u64);
-	}
+	p->size = fill_stacks(ctx, s);
 	if (bpf_map_update_elem(&offcpu_pending, &tid, p, BPF_ANY)) {
 		count(CNT_OFFCPU_PENDING_FULL);
 		return;
@@ -225,14 +211,17 @@ static __always_inline void offcpu_switch_out(void *ctx, struct task_struct *tas
 static __always_inline void offcpu_emit(__u32 tid)
 {
 	struct offcpu_pending *p;
-	__u64 d;
+	__u64 d, size;
 
 	p = bpf_map_lookup_elem(&offcpu_pending, &tid);
 	if (!p)
 		return;
 	d = bpf_ktime_get_ns() - p->s.ktime_ns;
 	p->s.value = offcpu_weighted(d, p->cycle_ns);
-	if (bpf_ringbuf_output(&samples, &p->s, sizeof(p->s), wakeup_flags()))
+	size = p->size;
+	if (size > sizeof(p->s))
+		size = sizeof(p->s);
+	if (bpf_ringbuf_output(&samples, &p->s, size, wakeup_flags()))
 		count(CNT_RINGBUF_FULL);
 	bpf_map_delete_elem(&offcpu_pending, &tid);
 }

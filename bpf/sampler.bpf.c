@@ -209,6 +209,43 @@ static __always_inline void fill_user(struct stack_sample *s, struct task_struct
 		count(CNT_STACK_TOP_ERR);
 }
 
+/* Room to build a sample: too large for the BPF stack. The ring gets only
+ * the used part of it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_sample);
+} sample_scratch SEC(".maps");
+
+/* fill_stacks walks the user stack, then the kernel stack right after it,
+ * and returns how many bytes of s hold data. */
+static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s)
+{
+	__u64 nu = 0, nk = 0;
+	long n;
+
+	n = bpf_get_stack(ctx, s->frames, MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+	if (n < 0) {
+		count(CNT_USTACK_ERR);
+		s->user_frames = n;
+	} else {
+		nu = (n >> 3) & 127;
+		s->user_frames = nu;
+	}
+	n = bpf_get_stack(ctx, &s->frames[nu], MAX_KERN_FRAMES * sizeof(__u64), 0);
+	if (n < 0) {
+		count(CNT_KSTACK_ERR);
+		s->kern_frames = n;
+	} else {
+		nk = (n >> 3) & 127;
+		if (nk > MAX_KERN_FRAMES)
+			nk = MAX_KERN_FRAMES;
+		s->kern_frames = nk;
+	}
+	return __builtin_offsetof(struct stack_sample, frames) + (nu + nk) * sizeof(__u64);
+}
+
 SEC("perf_event")
 int sample_on_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -216,16 +253,15 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	__u32 tgid = pid_tgid >> 32;
 	struct task_struct *task;
 	struct stack_sample *s;
-	long n;
+	__u32 zero = 0;
+	__u64 size;
 
 	if (!wanted(tgid))
 		return 0;
 
-	s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
-		count(CNT_RINGBUF_FULL);
+	s = bpf_map_lookup_elem(&sample_scratch, &zero);
+	if (!s)
 		return 0;
-	}
 	task = bpf_get_current_task_btf();
 
 	s->ktime_ns = bpf_ktime_get_ns();
@@ -249,23 +285,12 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	fill_user(s, task);
 	read_trace_context(s, task, pid_tgid);
 
-	n = bpf_get_stack(ctx, s->kern_stack, sizeof(s->kern_stack), 0);
-	if (n < 0) {
-		count(CNT_KSTACK_ERR);
-		s->kern_frames = n;
-	} else {
-		s->kern_frames = n / sizeof(__u64);
+	size = fill_stacks(ctx, s);
+	if (bpf_ringbuf_output(&samples, s, size, wakeup_flags())) {
+		count(CNT_RINGBUF_FULL);
+		return 0;
 	}
-	n = bpf_get_stack(ctx, s->user_stack, sizeof(s->user_stack), BPF_F_USER_STACK);
-	if (n < 0) {
-		count(CNT_USTACK_ERR);
-		s->user_frames = n;
-	} else {
-		s->user_frames = n / sizeof(__u64);
-	}
-
 	count(CNT_SAMPLES);
-	bpf_ringbuf_submit(s, wakeup_flags());
 	return 0;
 }
 

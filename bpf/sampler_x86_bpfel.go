@@ -53,6 +53,7 @@ const (
 type SamplerOffcpuPending struct {
 	_       structs.HostLayout
 	CycleNs uint64
+	Size    uint64
 	S       SamplerStackSample
 }
 
@@ -127,8 +128,7 @@ type SamplerStackSample struct {
 	StackTopLen uint32
 	Pad1        uint32
 	StackTop    [256]uint8
-	UserStack   [127]uint64
-	KernStack   [64]uint64
+	Frames      [191]uint64
 }
 
 type SamplerTlsKind uint32
@@ -156,6 +156,7 @@ const (
 	SamplerMapOffcpuThreads       = "offcpu_threads"
 	SamplerMapPids                = "pids"
 	SamplerMapProcConfigs         = "proc_configs"
+	SamplerMapSampleScratch       = "sample_scratch"
 	SamplerMapSamples             = "samples"
 	SamplerMapTaskTraceContext    = "task_trace_context"
 	SamplerMapTracesCtxV1         = "traces_ctx_v1"
@@ -238,6 +239,7 @@ type SamplerMapSpecs struct {
 	OffcpuThreads    *ebpf.MapSpec `ebpf:"offcpu_threads"`
 	Pids             *ebpf.MapSpec `ebpf:"pids"`
 	ProcConfigs      *ebpf.MapSpec `ebpf:"proc_configs"`
+	SampleScratch    *ebpf.MapSpec `ebpf:"sample_scratch"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	TaskTraceContext *ebpf.MapSpec `ebpf:"task_trace_context"`
 	TracesCtxV1      *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
@@ -286,6 +288,7 @@ type SamplerMaps struct {
 	OffcpuThreads    *ebpf.Map `ebpf:"offcpu_threads"`
 	Pids             *ebpf.Map `ebpf:"pids"`
 	ProcConfigs      *ebpf.Map `ebpf:"proc_configs"`
+	SampleScratch    *ebpf.Map `ebpf:"sample_scratch"`
 	Samples          *ebpf.Map `ebpf:"samples"`
 	TaskTraceContext *ebpf.Map `ebpf:"task_trace_context"`
 	TracesCtxV1      *ebpf.Map `ebpf:"traces_ctx_v1"`
@@ -299,6 +302,7 @@ func (m *SamplerMaps) Close() error {
 		m.OffcpuThreads,
 		m.Pids,
 		m.ProcConfigs,
+		m.SampleScratch,
 		m.Samples,
 		m.TaskTraceContext,
 		m.TracesCtxV1,

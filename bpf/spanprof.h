@@ -115,8 +115,10 @@ struct stack_sample {
 	__u32 stack_top_len;
 	__u32 pad1;
 	__u8 stack_top[STACK_TOP_BYTES];
-	__u64 user_stack[MAX_USER_FRAMES];
-	__u64 kern_stack[MAX_KERN_FRAMES];
+	/* user_frames user addresses, then kern_frames kernel addresses.
+	 * The record sent is cut after the last one used: writing the whole
+	 * struct into the ring cost more than the stack walks. */
+	__u64 frames[MAX_USER_FRAMES + MAX_KERN_FRAMES];
 };
 
 /* Off-CPU sampling clock of one thread (task storage): the time of its
@@ -134,6 +136,7 @@ struct offcpu_pending {
 	 * threshold: the wait was captured with probability
 	 * cycle_ns / offcpu_threshold_ns. */
 	__u64 cycle_ns;
+	__u64 size; /* bytes of s to send */
 	struct stack_sample s;
 };
 

@@ -43,22 +43,25 @@ type ProcEvent struct {
 var (
 	sampleSize = int(unsafe.Sizeof(bpf.SamplerStackSample{}))
 	procSize   = int(unsafe.Sizeof(bpf.SamplerProcLifecycle{}))
+	// headerSize is where the frames start: records are cut after the last
+	// frame used.
+	headerSize = int(unsafe.Offsetof(bpf.SamplerStackSample{}.Frames))
 )
 
 // decode turns raw ring-buffer bytes into a Record or a ProcEvent. The
 // layouts come from bpf2go, so the C header stays the one definition.
 func decode(raw []byte, conv *clock.Converter) (*Record, *ProcEvent, error) {
-	switch len(raw) {
-	case procSize:
+	if len(raw) == procSize {
 		kt := clock.KTime(binary.LittleEndian.Uint64(raw[0:]))
 		pid := binary.LittleEndian.Uint32(raw[8:])
 		kind := bpf.SamplerProcEventKind(binary.LittleEndian.Uint32(raw[12:]))
 		return nil, &ProcEvent{PID: pid, Exit: kind == bpf.SamplerProcEventKindPROC_EXIT, Time: conv.Time(kt)}, nil
-	case sampleSize:
-	default:
+	}
+	if len(raw) < headerSize || len(raw) > sampleSize || (len(raw)-headerSize)%8 != 0 {
 		return nil, nil, fmt.Errorf("decode record: unexpected size %d", len(raw))
 	}
-	s := (*bpf.SamplerStackSample)(unsafe.Pointer(&raw[0]))
+	var s bpf.SamplerStackSample
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), sampleSize), raw)
 	r := &Record{
 		Kind:      profile.Kind(s.Kind),
 		PID:       s.Pid,
@@ -81,8 +84,14 @@ func decode(raw []byte, conv *clock.Converter) (*Record, *ProcEvent, error) {
 	if n := int(s.StackTopLen); n > 0 && n <= len(s.StackTop) {
 		r.StackTop = append([]byte(nil), s.StackTop[:n]...)
 	}
-	r.UserStack, r.UserErr = frames(s.UserStack[:], s.UserFrames)
-	r.KernStack, r.KernErr = frames(s.KernStack[:], s.KernFrames)
+	used := (len(raw) - headerSize) / 8
+	nu := max(int(s.UserFrames), 0)
+	nk := max(int(s.KernFrames), 0)
+	if nu+nk > used {
+		return nil, nil, fmt.Errorf("decode record: %d+%d frames in a record holding %d", nu, nk, used)
+	}
+	r.UserStack, r.UserErr = frames(s.Frames[:nu], s.UserFrames)
+	r.KernStack, r.KernErr = frames(s.Frames[nu:nu+nk], s.KernFrames)
 	return r, nil, nil
 }
 

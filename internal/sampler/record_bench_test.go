@@ -9,8 +9,8 @@ import (
 )
 
 // rawSample returns the ring-buffer bytes of an on-CPU sample with the
-// given stack depths, as the kernel writes them (the whole struct, fixed
-// size).
+// given stack depths, as the programs send them: user frames, then kernel
+// frames, the struct cut after the last one.
 func rawSample(user, kern int) []byte {
 	var s bpf.SamplerStackSample
 	s.KtimeNs = 123456789
@@ -21,13 +21,13 @@ func rawSample(user, kern int) []byte {
 	s.UserIp, s.UserSp, s.UserBp = 0x401000, 0x7ffd0000, 0x7ffd0040
 	s.StackTopLen = uint32(len(s.StackTop))
 	for i := range user {
-		s.UserStack[i] = 0x401000 + uint64(i)*0x40
+		s.Frames[i] = 0x401000 + uint64(i)*0x40
 	}
 	for i := range kern {
-		s.KernStack[i] = 0xffffffff81000000 + uint64(i)*0x40
+		s.Frames[user+i] = 0xffffffff81000000 + uint64(i)*0x40
 	}
 	s.UserFrames, s.KernFrames = int32(user), int32(kern)
-	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s))...)
+	return encode(&s, user, kern)
 }
 
 // BenchmarkDecode is the user-space cost per ring-buffer record before it
