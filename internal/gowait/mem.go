@@ -37,19 +37,32 @@ const (
 type processMemory struct {
 	pid int
 	// Scratch reused across batches.
-	runs   []memRun
-	order  []int
+	// plans of recent batches: the sampler asks for the same g's tick
+	// after tick (and for a few again), so their sorted order and runs
+	// are kept rather than recomputed.
+	plans  [2]*memPlan
+	next   int
 	local  []unix.Iovec
 	remote []unix.RemoteIovec
 }
 
-// memRun is a merged range and the requests it covers.
+// memPlan is how one batch of requests is read.
+type memPlan struct {
+	addrs []uint64
+	lens  []int
+	order []int // request indexes sorted by address
+	runs  []memRun
+	arena []byte
+}
+
+// memRun is a merged range and the requests it covers; buf points into
+// the arena, reused from batch to batch.
 type memRun struct {
-	addr  uint64
-	buf   []byte
-	first int // index into order
-	n     int
-	ok    bool
+	addr, size uint64
+	buf        []byte
+	first      int // index into order
+	n          int
+	ok         bool
 }
 
 func newProcessMemory(pid int) *processMemory { return &processMemory{pid: pid} }
@@ -76,9 +89,66 @@ func (p *processMemory) ReadAt(b []byte, off int64) (int, error) {
 // each request out of its run. A run that fails is retried request by
 // request, so one unmapped range costs only itself.
 func (p *processMemory) ReadRanges(addrs []uint64, out [][]byte, ok []bool) error {
+	var pl *memPlan
+	for _, c := range p.plans {
+		if c != nil && c.matches(addrs, out) {
+			pl = c
+		}
+	}
+	if pl == nil {
+		pl = p.plans[p.next]
+		if pl == nil {
+			pl = &memPlan{}
+			p.plans[p.next] = pl
+		}
+		p.next = (p.next + 1) % len(p.plans)
+		pl.plan(addrs, out)
+	}
+	for i := range ok {
+		ok[i] = false
+	}
+	for i := range pl.runs {
+		pl.runs[i].ok = false
+	}
+	if err := p.readRuns(pl.runs); err != nil {
+		return err
+	}
+	for ri := range pl.runs {
+		r := &pl.runs[ri]
+		for _, i := range pl.order[r.first : r.first+r.n] {
+			if r.ok {
+				copy(out[i], r.buf[addrs[i]-r.addr:])
+				ok[i] = true
+			} else if r.n > 1 {
+				_, err := p.ReadAt(out[i], int64(addrs[i]))
+				ok[i] = err == nil
+			}
+		}
+	}
+	return nil
+}
+
+func (p *memPlan) matches(addrs []uint64, out [][]byte) bool {
+	if !slices.Equal(addrs, p.addrs) {
+		return false
+	}
+	for i := range out {
+		if len(out[i]) != p.lens[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// plan sorts the requests and merges neighbours into runs in the arena.
+func (p *memPlan) plan(addrs []uint64, out [][]byte) {
+	p.addrs = append(p.addrs[:0], addrs...)
+	p.lens = p.lens[:0]
+	for i := range out {
+		p.lens = append(p.lens, len(out[i]))
+	}
 	p.order = p.order[:0]
 	for i := range addrs {
-		ok[i] = false
 		if len(out[i]) > 0 {
 			p.order = append(p.order, i)
 		}
@@ -93,37 +163,32 @@ func (p *processMemory) ReadRanges(addrs []uint64, out [][]byte, ok []bool) erro
 		return 0
 	})
 	p.runs = p.runs[:0]
+	var total uint64
 	for k, i := range p.order {
 		start, end := addrs[i], addrs[i]+uint64(len(out[i]))
 		if n := len(p.runs); n > 0 {
 			r := &p.runs[n-1]
-			rend := r.addr + uint64(len(r.buf))
-			if start <= rend+mergeGap && end-r.addr <= maxMerged {
+			if rend := r.addr + r.size; start <= rend+mergeGap && end-r.addr <= maxMerged {
 				if end > rend {
-					r.buf = slices.Grow(r.buf, int(end-rend))[:end-r.addr]
+					total += end - rend
+					r.size = end - r.addr
 				}
 				r.n++
 				continue
 			}
 		}
-		p.runs = append(p.runs, memRun{addr: start, buf: make([]byte, end-start), first: k, n: 1})
+		p.runs = append(p.runs, memRun{addr: start, size: end - start, first: k, n: 1})
+		total += end - start
 	}
-	if err := p.readRuns(p.runs); err != nil {
-		return err
+	if uint64(cap(p.arena)) < total {
+		p.arena = make([]byte, total)
 	}
-	for ri := range p.runs {
-		r := &p.runs[ri]
-		for _, i := range p.order[r.first : r.first+r.n] {
-			if r.ok {
-				copy(out[i], r.buf[addrs[i]-r.addr:])
-				ok[i] = true
-			} else if r.n > 1 {
-				_, err := p.ReadAt(out[i], int64(addrs[i]))
-				ok[i] = err == nil
-			}
-		}
+	var off uint64
+	for i := range p.runs {
+		r := &p.runs[i]
+		r.buf = p.arena[off : off+r.size : off+r.size]
+		off += r.size
 	}
-	return nil
 }
 
 // readRuns reads runs in calls of up to iovMax iovecs. process_vm_readv

@@ -84,7 +84,7 @@ type Sampler struct {
 // targetState is a target and its symbolization caches.
 type targetState struct {
 	*target
-	frames   map[string]stackFrames // stack key → symbolized stack
+	frames   map[int]*stackFrames // stack id → symbolized stack
 	mappings map[uint64]*profile.Mapping
 }
 
@@ -135,7 +135,7 @@ func (s *Sampler) Add(pid uint32) error {
 	}
 	t := newTarget(pid, s.opts.Memory(pid), info, bias)
 	s.mu.Lock()
-	s.targets[pid] = &targetState{target: t, frames: map[string]stackFrames{}, mappings: map[uint64]*profile.Mapping{}}
+	s.targets[pid] = &targetState{target: t, frames: map[int]*stackFrames{}, mappings: map[uint64]*profile.Mapping{}}
 	s.mu.Unlock()
 	s.log.Debug("sampling goroutines", "pid", pid, "go", info.GoVersion, "g", info.GSource, "reasons", info.ReasonSource)
 	return nil
@@ -197,12 +197,15 @@ func (s *Sampler) SampleOnce(now time.Time) {
 // samples per tick, not ten thousand.
 type aggKey struct {
 	link   profile.Link
-	reason string
-	stack  string
+	reason uint8
+	stack  int
 }
 
 func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, weight time.Duration) {
-	counts := map[aggKey]int64{}
+	// Most waiting goroutines are in no span: count those by a packed
+	// integer key, which hashes much faster than aggKey.
+	unlinked := map[uint64]int64{}
+	linked := map[aggKey]int64{}
 	var order []aggKey
 	for _, o := range obs {
 		sf := t.symbolize(s, o.g)
@@ -211,20 +214,30 @@ func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, weight tim
 			continue
 		}
 		s.stats.Samples++
-		if !o.g.link.IsZero() {
-			s.stats.Linked++
+		k := aggKey{o.g.link, o.reason, o.g.stack}
+		if o.g.link.IsZero() {
+			packed := uint64(o.g.stack)<<8 | uint64(o.reason)
+			if unlinked[packed] == 0 {
+				order = append(order, k)
+			}
+			unlinked[packed]++
+			continue
 		}
-		k := aggKey{o.g.link, o.reason, o.g.key}
-		if counts[k] == 0 {
+		s.stats.Linked++
+		if linked[k] == 0 {
 			order = append(order, k)
 		}
-		counts[k]++
+		linked[k]++
 	}
 	for _, k := range order {
+		n := linked[k]
+		if k.link.IsZero() {
+			n = unlinked[uint64(k.stack)<<8|uint64(k.reason)]
+		}
 		s.samples = append(s.samples, profile.Sample{
 			Kind: profile.OffCPU, PID: t.pid, ThreadName: "goroutine",
 			Frames: t.frames[k.stack].frames, Link: k.link, Time: now,
-			Value: counts[k] * int64(weight), State: "S", Reason: k.reason,
+			Value: n * int64(weight), State: "S", Reason: t.reason(k.reason),
 		})
 	}
 }
@@ -233,8 +246,12 @@ func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, weight tim
 // stack whose entry function (the frame below runtime.goexit) is in the
 // runtime, other than runtime.main, is a system goroutine, as the
 // runtime's isSystemGoroutine decides.
-func (t *targetState) symbolize(s *Sampler, g *parkedG) stackFrames {
-	if sf, ok := t.frames[g.key]; ok {
+func (t *targetState) symbolize(s *Sampler, g *parkedG) *stackFrames {
+	if g.sf != nil {
+		return g.sf
+	}
+	if sf, ok := t.frames[g.stack]; ok {
+		g.sf = sf
 		return sf
 	}
 	p := s.opts.Tracker.Get(t.pid)
@@ -245,12 +262,13 @@ func (t *targetState) symbolize(s *Sampler, g *parkedG) stackFrames {
 		}
 		frames = t.frame(s, p, frames, pc)
 	}
-	sf := stackFrames{frames: frames}
+	sf := &stackFrames{frames: frames}
 	if n := len(frames); n >= 2 && frames[n-1].Function == "runtime.goexit" {
 		entry := frames[n-2].Function
 		sf.system = strings.HasPrefix(entry, "runtime.") && entry != "runtime.main"
 	}
-	t.frames[g.key] = sf
+	t.frames[g.stack] = sf
+	g.sf = sf
 	return sf
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/tracectx"
@@ -22,35 +23,43 @@ type target struct {
 	bias uint64 // load bias of a PIE executable
 	span uint32 // bytes of g read per goroutine
 
-	// cache holds, per g address, the last parked stack read there; it
-	// holds while the goroutine stays parked (gState.sameStack).
-	cache map[uint64]*parkedG
-	gen   uint64
+	// cache holds, per index in allgs, the last parked stack read there;
+	// it holds while the goroutine stays parked (gState.sameStack). The
+	// runtime only appends to allgs, so an index keeps naming one g.
+	cache []*parkedG
+	// stacks interns stacks: equal pcs get one id, for aggregation.
+	stacks map[string]int
 
 	// Scratch reused across ticks.
-	addrs []uint64
-	bufs  [][]byte
-	ok    []bool
-	gbuf  []byte
+	addrs  []uint64
+	bufs   [][]byte
+	ok     []bool
+	gbuf   []byte
+	arr    []byte
+	gs     []uint64
+	states []gState
 }
 
 // parkedG is a goroutine's parked stack and labels as last read.
 type parkedG struct {
-	st   gState
-	pcs  []uint64
-	key  string // pcs as bytes: the stack's identity for aggregation
-	link profile.Link
-	gen  uint64
+	addr  uint64 // the g
+	st    gState
+	pcs   []uint64
+	stack int // interned pcs
+	link  profile.Link
+	sf    *stackFrames // symbolized stack, set at first use
 }
 
-// observed is one waiting goroutine found by a tick.
+// observed is one waiting goroutine found by a tick, with its
+// g.waitreason (which may change while the stack stays put: a select
+// parks where a receive would).
 type observed struct {
 	g      *parkedG
-	reason string
+	reason uint8
 }
 
 func newTarget(pid uint32, mem Memory, info *tracectx.GoAllGInfo, bias uint64) *target {
-	return &target{pid: pid, mem: mem, info: info, bias: bias, span: info.G.Span(), cache: map[uint64]*parkedG{}}
+	return &target{pid: pid, mem: mem, info: info, bias: bias, span: info.G.Span(), stacks: map[string]int{}}
 }
 
 // tick reads every goroutine of the target once and returns the waiting
@@ -59,19 +68,24 @@ func newTarget(pid uint32, mem Memory, info *tracectx.GoAllGInfo, bias uint64) *
 // whose stack was read afresh is read again afterwards and kept only if
 // it is still parked at the same place, with the same id.
 func (t *target) tick(st *Stats) ([]observed, error) {
-	t.gen++
 	gs, err := t.allGs()
 	if err != nil {
 		return nil, err
 	}
-	states, err := t.readGs(gs, st)
+	states, err := t.readGs(gs, t.states[:0], st)
 	if err != nil {
 		return nil, err
+	}
+	t.states = states
+	if len(t.cache) < len(gs) {
+		t.cache = append(t.cache, make([]*parkedG, len(gs)-len(t.cache))...)
 	}
 	var out []observed
 	var fresh []int // indexes into gs whose stack must be read
 	for i := range gs {
 		g := &states[i]
+		c := t.cache[i]
+		t.cache[i] = nil // kept below if still parked there
 		if g.goid == 0 {
 			continue // unreadable, or dead and never used
 		}
@@ -87,10 +101,10 @@ func (t *target) tick(st *Stats) ([]observed, error) {
 			st.DroppedInvalid++
 			continue
 		}
-		if c := t.cache[gs[i]]; c != nil && c.st.sameStack(g) {
-			c.gen = t.gen
+		if c != nil && c.addr == gs[i] && c.st.sameStack(g) {
+			t.cache[i] = c
 			st.Cached++
-			out = append(out, observed{g: c, reason: t.reason(g.reason)})
+			out = append(out, observed{g: c, reason: g.reason})
 			continue
 		}
 		fresh = append(fresh, i)
@@ -101,12 +115,7 @@ func (t *target) tick(st *Stats) ([]observed, error) {
 			return nil, err
 		}
 		for _, p := range parked {
-			out = append(out, observed{g: p, reason: t.reason(p.st.reason)})
-		}
-	}
-	for addr, c := range t.cache {
-		if c.gen != t.gen {
-			delete(t.cache, addr)
+			out = append(out, observed{g: p, reason: p.st.reason})
 		}
 	}
 	return out, nil
@@ -128,20 +137,20 @@ func (t *target) allGs() ([]uint64, error) {
 	if count > maxGoroutines {
 		return nil, fmt.Errorf("read runtime.allglen: %d goroutines", count)
 	}
-	arr := make([]byte, 8*count)
-	if _, err := t.mem.ReadAt(arr, int64(ptr)); err != nil {
+	t.arr = slices.Grow(t.arr[:0], int(8*count))[:8*count]
+	if _, err := t.mem.ReadAt(t.arr, int64(ptr)); err != nil {
 		return nil, fmt.Errorf("read allgs: %w", err)
 	}
-	gs := make([]uint64, count)
-	for i := range gs {
-		gs[i] = binary.LittleEndian.Uint64(arr[8*i:])
+	t.gs = slices.Grow(t.gs[:0], int(count))[:count]
+	for i := range t.gs {
+		t.gs[i] = binary.LittleEndian.Uint64(t.arr[8*i:])
 	}
-	return gs, nil
+	return t.gs, nil
 }
 
-// readGs reads the g prefix of every address in one batch; an unreadable
-// g gets the zero state.
-func (t *target) readGs(gs []uint64, st *Stats) ([]gState, error) {
+// readGs reads the g prefix of every address in one batch and appends
+// their states to dst; an unreadable g gets the zero state.
+func (t *target) readGs(gs []uint64, dst []gState, st *Stats) ([]gState, error) {
 	span := int(t.span)
 	if cap(t.gbuf) < span*len(gs) {
 		t.gbuf = make([]byte, span*len(gs))
@@ -159,17 +168,16 @@ func (t *target) readGs(gs []uint64, st *Stats) ([]gState, error) {
 	if err := t.mem.ReadRanges(t.addrs, t.bufs, t.ok); err != nil {
 		return nil, err
 	}
-	out := make([]gState, len(gs))
 	for i := range gs {
-		if !t.ok[i] {
-			if gs[i] != 0 {
-				st.DroppedUnreadable++
-			}
-			continue
+		var g gState
+		if t.ok[i] {
+			g = parseG(t.bufs[i], &t.info.G)
+		} else if gs[i] != 0 {
+			st.DroppedUnreadable++
 		}
-		out[i] = parseG(t.bufs[i], &t.info.G)
+		dst = append(dst, g)
 	}
-	return out, nil
+	return dst, nil
 }
 
 // readStacks copies the stacks of the fresh goroutines in one batch,
@@ -199,7 +207,7 @@ func (t *target) readStacks(gs []uint64, states []gState, fresh []int, st *Stats
 		if !complete {
 			st.Truncated++
 		}
-		p := &parkedG{st: g, pcs: pcs, key: stackKey(pcs), gen: t.gen}
+		p := &parkedG{addr: gs[i], st: g, pcs: pcs, stack: t.intern(pcs)}
 		if g.labels != 0 && t.info.Labels != nil {
 			labels, err := tracectx.ReadGoLabelSet(t.mem, g.labels, t.info.Labels)
 			if err != nil {
@@ -213,7 +221,7 @@ func (t *target) readStacks(gs []uint64, states []gState, fresh []int, st *Stats
 	}
 	// Read the g's again: a goroutine that ran, moved its stack or died
 	// while its stack was copied is dropped, not misreported.
-	again, err := t.readGs(pick(gs, kept), st)
+	again, err := t.readGs(pick(gs, kept), nil, st)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +231,7 @@ func (t *target) readStacks(gs []uint64, states []gState, fresh []int, st *Stats
 			st.DroppedChanged++
 			continue
 		}
-		t.cache[gs[kept[k]]] = p
+		t.cache[kept[k]] = p
 		out = append(out, p)
 	}
 	return out, nil
@@ -244,12 +252,18 @@ func pick(gs []uint64, idx []int) []uint64 {
 	return out
 }
 
-func stackKey(pcs []uint64) string {
+// intern returns the id of a stack, the same for equal pcs.
+func (t *target) intern(pcs []uint64) int {
 	b := make([]byte, 8*len(pcs))
 	for i, pc := range pcs {
 		binary.LittleEndian.PutUint64(b[8*i:], pc)
 	}
-	return string(b)
+	id, ok := t.stacks[string(b)]
+	if !ok {
+		id = len(t.stacks)
+		t.stacks[string(b)] = id
+	}
+	return id
 }
 
 // linkOf returns the span the SDK's labels name; a goroutine with other
