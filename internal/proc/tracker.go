@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Process is what the tracker knows of one process.
@@ -54,6 +55,24 @@ type Tracker struct {
 
 	mu    sync.Mutex
 	procs map[uint32]*Process
+	// files shares one handle per mapped file among the processes mapping
+	// it: under process churn (thousands of short-lived processes of the
+	// same binary kept until the next report) a handle per process and
+	// mapping would exhaust RLIMIT_NOFILE.
+	files map[fileKey]*sharedFile
+	keys  map[*os.File]fileKey
+}
+
+// fileKey names a file by the device and inode /proc/PID/maps shows. While
+// a handle is open the inode cannot be reused, so the key stays unique.
+type fileKey struct {
+	dev   string
+	inode uint64
+}
+
+type sharedFile struct {
+	f    *os.File
+	refs int
 }
 
 // NewTracker returns a tracker reading from procRoot (normally "/proc").
@@ -61,7 +80,7 @@ func NewTracker(procRoot string, log *slog.Logger) *Tracker {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tracker{root: procRoot, log: log, procs: map[uint32]*Process{}}
+	return &Tracker{root: procRoot, log: log, procs: map[uint32]*Process{}, files: map[fileKey]*sharedFile{}, keys: map[*os.File]fileKey{}}
 }
 
 // Get returns the process, reading it from procfs at first sight. It
@@ -87,7 +106,7 @@ func (t *Tracker) Exec(pid uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.procs[pid]; ok {
-		p.close()
+		t.release(p)
 		delete(t.procs, pid)
 	}
 }
@@ -109,7 +128,7 @@ func (t *Tracker) ForgetExited() {
 	defer t.mu.Unlock()
 	for pid, p := range t.procs {
 		if p.Exited {
-			p.close()
+			t.release(p)
 			delete(t.procs, pid)
 		}
 	}
@@ -127,16 +146,65 @@ func (t *Tracker) Close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for pid, p := range t.procs {
-		p.close()
+		t.release(p)
 		delete(t.procs, pid)
 	}
 }
 
-func (p *Process) close() {
+// release drops p's references to its files, closing those no other
+// process maps. Callers hold t.mu.
+func (t *Tracker) release(p *Process) {
 	for _, f := range p.Files {
-		f.Close()
+		t.unref(f)
 	}
 	p.Files = nil
+}
+
+func (t *Tracker) unref(f *os.File) {
+	k, ok := t.keys[f]
+	if !ok {
+		f.Close() // not shared
+		return
+	}
+	sf := t.files[k]
+	if sf.refs--; sf.refs == 0 {
+		sf.f.Close()
+		delete(t.files, k)
+		delete(t.keys, f)
+	}
+}
+
+// OpenFiles returns the number of file handles the tracker holds.
+func (t *Tracker) OpenFiles() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.files)
+}
+
+// open returns a handle of the file mapped at m, shared with the other
+// processes mapping the same file. Callers hold t.mu.
+func (t *Tracker) open(dir string, m *Mapping) (*os.File, bool) {
+	key := fileKey{dev: m.Dev, inode: m.Inode}
+	if sf, ok := t.files[key]; ok {
+		sf.refs++
+		return sf.f, true
+	}
+	fh, err := os.Open(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End)))
+	if err != nil {
+		fh, err = os.Open(filepath.Join(dir, "root", m.Path))
+	}
+	if err != nil {
+		return nil, false
+	}
+	// Share only a handle that is the mapped inode: the fallback path may
+	// name a file replaced since the mapping was made.
+	if st, err := fh.Stat(); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino == m.Inode {
+			t.files[key] = &sharedFile{f: fh, refs: 1}
+			t.keys[fh] = key
+		}
+	}
+	return fh, true
 }
 
 func (t *Tracker) read(pid uint32) (*Process, error) {
@@ -152,6 +220,13 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 	}
 	p := &Process{PID: pid, Mappings: ms, Files: map[uint64]*os.File{}}
 	p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
+	if len(ms) == 0 && p.Exe == "" {
+		// A zombie (exited, not yet reaped: empty maps, no exe) or a
+		// kernel thread: nothing in user space to symbolize. Marked exited
+		// so it is forgotten after the next report rather than kept as a
+		// live process without mappings.
+		p.Exited = true
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
 		p.Comm = strings.TrimSpace(string(b))
 	}
@@ -168,11 +243,10 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		if m.Anonymous() || strings.HasPrefix(m.Path, "[") {
 			continue
 		}
-		fh, err := os.Open(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End)))
-		if err != nil {
-			fh, err = os.Open(filepath.Join(dir, "root", m.Path))
+		if _, dup := p.Files[m.Start]; dup {
+			continue
 		}
-		if err == nil {
+		if fh, ok := t.open(dir, m); ok {
 			p.Files[m.Start] = fh
 		}
 	}

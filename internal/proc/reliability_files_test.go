@@ -1,0 +1,141 @@
+package proc
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// fakeProc writes a /proc/PID directory whose maps name real files under
+// root, so the tracker opens them through the "root" fallback.
+func fakeProc(t *testing.T, procRoot string, pid int, files ...string) {
+	t.Helper()
+	dir := filepath.Join(procRoot, fmt.Sprint(pid))
+	if err := os.MkdirAll(filepath.Join(dir, "root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var maps string
+	for i, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ino := st.Sys().(*syscall.Stat_t).Ino
+		start := uint64(0x400000 + i*0x10000)
+		maps += fmt.Sprintf("%x-%x r-xp 00000000 fe:01 %d %s\n", start, start+0x1000, ino, f)
+		link := filepath.Join(dir, "root", f)
+		os.MkdirAll(filepath.Dir(link), 0o755)
+		if err := os.Symlink(f, link); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReliabilityChurnSharesFiles: thousands of processes of the same two
+// files hold two handles, not one per process and mapping, and the
+// handles close once the last process is forgotten.
+func TestReliabilityChurnSharesFiles(t *testing.T) {
+	tmp := t.TempDir()
+	exe, lib := filepath.Join(tmp, "exe"), filepath.Join(tmp, "lib.so")
+	for _, f := range []string{exe, lib} {
+		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(tmp, "proc")
+	const n = 1000
+	for pid := 1; pid <= n; pid++ {
+		fakeProc(t, root, pid, exe, lib)
+	}
+	before := countFDs(t)
+	tr := NewTracker(root, nil)
+	for pid := 1; pid <= n; pid++ {
+		p := tr.Get(uint32(pid))
+		if p.Exited || len(p.Files) != 2 {
+			t.Fatalf("pid %d: %+v", pid, p)
+		}
+		tr.Exit(uint32(pid))
+	}
+	if got := tr.OpenFiles(); got != 2 {
+		t.Fatalf("%d shared handles for %d processes of 2 files, want 2", got, n)
+	}
+	if d := countFDs(t) - before; d > 10 {
+		t.Fatalf("%d descriptors open for %d processes of 2 files", d, n)
+	}
+	// A file must stay readable through any process until the last one
+	// mapping it is forgotten.
+	p := tr.Get(n)
+	if _, err := os.ReadFile(p.OpenPath(&p.Mappings[0])); err != nil {
+		t.Fatalf("shared handle not readable: %v", err)
+	}
+	tr.ForgetExited()
+	if got := tr.OpenFiles(); got != 0 {
+		t.Fatalf("%d handles left after every process was forgotten", got)
+	}
+	if d := countFDs(t) - before; d > 2 {
+		t.Fatalf("%d descriptors leaked", d)
+	}
+}
+
+// TestReliabilityExecReleasesFiles: an exec drops the old image's handles.
+func TestReliabilityExecReleasesFiles(t *testing.T) {
+	tmp := t.TempDir()
+	exe := filepath.Join(tmp, "exe")
+	os.WriteFile(exe, []byte("x"), 0o755)
+	root := filepath.Join(tmp, "proc")
+	fakeProc(t, root, 7, exe)
+	fakeProc(t, root, 8, exe)
+	tr := NewTracker(root, nil)
+	defer tr.Close()
+	tr.Get(7)
+	tr.Get(8)
+	tr.Exec(7)
+	if got := tr.OpenFiles(); got != 1 {
+		t.Fatalf("%d handles, want 1 (pid 8 still maps the file)", got)
+	}
+	tr.Exec(8)
+	if got := tr.OpenFiles(); got != 0 {
+		t.Fatalf("%d handles after both execs, want 0", got)
+	}
+}
+
+// TestReliabilityProcessExitsMidRead: a process that exits while it is
+// being read yields an exited entry, never a panic or a half-filled one
+// that looks alive.
+func TestReliabilityProcessExitsMidRead(t *testing.T) {
+	tr := NewTracker("/proc", nil)
+	defer tr.Close()
+	for i := 0; i < 200; i++ {
+		cmd := exec.Command("/bin/true")
+		if err := cmd.Start(); err != nil {
+			t.Skipf("cannot start /bin/true: %v", err)
+		}
+		pid := uint32(cmd.Process.Pid)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		p := tr.Get(pid)
+		if !p.Exited && len(p.Mappings) == 0 {
+			t.Fatalf("pid %d read as alive without mappings", pid)
+		}
+		<-done
+		tr.Exit(pid)
+		tr.ForgetExited()
+	}
+	if got := tr.OpenFiles(); got != 0 {
+		t.Fatalf("%d handles left after all processes exited and were forgotten", got)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
