@@ -198,3 +198,30 @@ func openELF(t *testing.T, path string) *elf.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// TestCacheByteBound checks that the cache evicts by estimated memory as
+// well as by count, keeping the most recent object.
+func TestCacheByteBound(t *testing.T) {
+	gcc, goprog := fixture("chain-gcc"), fixture("goprog")
+	s := New(nil, Options{MaxBytes: 200 << 10})
+	if _, err := s.Open(gcc, gcc); err != nil {
+		t.Fatal(err)
+	}
+	small := s.Bytes()
+	if small <= 0 || small > 200<<10 {
+		t.Fatalf("chain-gcc estimated at %d bytes", small)
+	}
+	if _, err := s.Open(goprog, goprog); err != nil {
+		t.Fatal(err)
+	}
+	// goprog alone is over the bound: it stays (most recent), chain-gcc goes.
+	if s.Len() != 1 || s.Stats().Evicted != 1 || s.Bytes() <= 200<<10 {
+		t.Errorf("Len %d, Evicted %d, Bytes %d", s.Len(), s.Stats().Evicted, s.Bytes())
+	}
+	if _, err := s.Open(gcc, gcc); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 1 || s.Bytes() != small {
+		t.Errorf("after reopening chain-gcc: Len %d, Bytes %d, want 1 and %d", s.Len(), s.Bytes(), small)
+	}
+}

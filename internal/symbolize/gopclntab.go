@@ -114,8 +114,11 @@ func textStart(f *elf.File, d []byte) uint64 {
 
 // goTable resolves Go functions, files and lines.
 type goTable struct {
-	tab *gosym.Table
+	tab  *gosym.Table
+	data int // bytes of pclntab kept
 }
+
+func (t *goTable) size() int64 { return int64(t.data) + int64(len(t.tab.Funcs))*200 }
 
 func newGoTable(p *Pclntab) (*goTable, error) {
 	lt := gosym.NewLineTable(p.Data, p.TextStart)
@@ -126,7 +129,7 @@ func newGoTable(p *Pclntab) (*goTable, error) {
 	if len(tab.Funcs) == 0 {
 		return nil, fmt.Errorf("parse pclntab: no functions: %w", ErrNoPclntab)
 	}
-	return &goTable{tab: tab}, nil
+	return &goTable{tab: tab, data: len(p.Data)}, nil
 }
 
 // lookup returns function, file and line at vaddr. Inlined frames are not

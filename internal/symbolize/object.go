@@ -162,3 +162,19 @@ func (o *Object) demangle(name string) string {
 	o.demangled[name] = d
 	return d
 }
+
+// size estimates the memory the object holds, for the cache's byte bound:
+// symbol entries with their names, the Go pclntab (kept whole, gosym
+// reads it lazily) and the DWARF tables.
+func (o *Object) size() int64 {
+	n := int64(256 + len(o.progs)*80)
+	if o.syms != nil {
+		for _, s := range o.syms.syms {
+			n += 40 + int64(len(s.name))
+		}
+	}
+	if o.gotab != nil {
+		n += o.gotab.size()
+	}
+	return n + int64(o.dwarf.size())
+}

@@ -20,6 +20,10 @@ type Options struct {
 	// MaxObjects bounds the parsed-object cache; the least recently used
 	// object is evicted first. Zero means 256.
 	MaxObjects int
+	// MaxBytes bounds the estimated memory of the cached objects as well
+	// (a Go binary's pclntab alone is megabytes); the most recent object
+	// always stays. Zero means 64 MiB.
+	MaxBytes int64
 	// DebugDirs are searched for separate debug files of stripped
 	// binaries. Nil means /usr/lib/debug.
 	DebugDirs []string
@@ -77,6 +81,7 @@ type Symbolizer struct {
 	objects *lru[string, *objectEntry]   // object key → parsed object
 	files   *lru[fileStat, fileIdentity] // file version → identity
 
+	bytes int64 // sum of the cached entries' size
 	stats stats
 }
 
@@ -86,6 +91,10 @@ type objectEntry struct {
 	done chan struct{}
 	obj  *Object
 	err  error
+	// size is the object's estimated memory once parsed; evicted is set
+	// when the entry left the cache. Both are guarded by Symbolizer.mu.
+	size    int64
+	evicted bool
 }
 
 // fileIdentity is what Open learnt about one file version.
@@ -98,6 +107,9 @@ type fileIdentity struct {
 func New(log *slog.Logger, opts Options) *Symbolizer {
 	if opts.MaxObjects <= 0 {
 		opts.MaxObjects = 256
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 64 << 20
 	}
 	if opts.DebugDirs == nil {
 		opts.DebugDirs = []string{"/usr/lib/debug"}
@@ -188,20 +200,34 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 		}
 		s.mu.Lock()
 		// Replace the entry unless a concurrent opener already did.
-		if cur, _ := s.objects.get(key); cur != e {
+		if cur, ok := s.objects.get(key); ok && cur != e {
 			s.mu.Unlock()
 			<-cur.done
 			return cur.obj, cur.err
 		}
 	}
+	if old, ok := s.objects.get(key); ok {
+		s.dropLocked(old)
+	}
 	e = &objectEntry{done: make(chan struct{})}
 	if ev, evicted := s.objects.put(key, e); evicted {
-		s.stats.evicted.Add(1)
-		s.log.Debug("evict symbol table", "key", ev)
+		s.dropLocked(ev.val)
+		s.log.Debug("evict symbol table", "key", ev.key)
 	}
 	s.mu.Unlock()
 
 	e.obj, e.err = s.parse(ef, id, openPath, displayPath)
+	s.mu.Lock()
+	if e.obj != nil && !e.evicted {
+		e.size = e.obj.size()
+		s.bytes += e.size
+		for s.bytes > s.opts.MaxBytes && s.objects.len() > 1 {
+			ev := s.objects.removeOldest()
+			s.dropLocked(ev.val)
+			s.log.Debug("evict symbol table over the byte bound", "key", ev.key)
+		}
+	}
+	s.mu.Unlock()
 	close(e.done)
 	if e.err != nil {
 		s.log.Debug("parse object", "path", displayPath, "err", e.err)
@@ -210,6 +236,23 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	s.log.Debug("parsed object", "path", displayPath, "key", key,
 		"symbols", e.obj.NumSymbols(), "go", e.obj.IsGo())
 	return e.obj, nil
+}
+
+// dropLocked accounts for an entry leaving the cache.
+func (s *Symbolizer) dropLocked(e *objectEntry) {
+	if e.evicted {
+		return
+	}
+	e.evicted = true
+	s.bytes -= e.size
+	s.stats.evicted.Add(1)
+}
+
+// Bytes reports the estimated memory of the cached objects.
+func (s *Symbolizer) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
 }
 
 // debugArrived reports whether the object of e waited for a debug file
@@ -268,8 +311,14 @@ func (l *lru[K, V]) get(k K) (V, bool) {
 	return l.vals[k], true
 }
 
-// put inserts or replaces k and returns the evicted key, if any.
-func (l *lru[K, V]) put(k K, v V) (evicted K, ok bool) {
+// lruItem is an evicted key and its value.
+type lruItem[K comparable, V any] struct {
+	key K
+	val V
+}
+
+// put inserts or replaces k and returns the evicted item, if any.
+func (l *lru[K, V]) put(k K, v V) (evicted lruItem[K, V], ok bool) {
 	if el, exists := l.items[k]; exists {
 		l.order.MoveToFront(el)
 		l.vals[k] = v
@@ -280,12 +329,18 @@ func (l *lru[K, V]) put(k K, v V) (evicted K, ok bool) {
 	if l.order.Len() <= l.max {
 		return evicted, false
 	}
+	return l.removeOldest(), true
+}
+
+// removeOldest evicts the least recently used item; the list is not empty.
+func (l *lru[K, V]) removeOldest() lruItem[K, V] {
 	back := l.order.Back()
-	evicted = back.Value.(K)
+	k := back.Value.(K)
+	it := lruItem[K, V]{k, l.vals[k]}
 	l.order.Remove(back)
-	delete(l.items, evicted)
-	delete(l.vals, evicted)
-	return evicted, true
+	delete(l.items, k)
+	delete(l.vals, k)
+	return it
 }
 
 func (l *lru[K, V]) len() int { return l.order.Len() }
