@@ -123,7 +123,7 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 	 * ones it will resume with. */
 	fill_user(s, task);
 	read_trace_context(s, task, pid_tgid);
-	p->size = fill_stacks(ctx, s);
+	p->size = fill_stacks(ctx, s, 1);
 	if (bpf_map_update_elem(&offcpu_pending, &tid, p, BPF_ANY)) {
 		count(CNT_OFFCPU_PENDING_FULL);
 		return;

@@ -17,6 +17,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the agent before load. */
 volatile const __u32 self_tgid = 0;
 volatile const __u8 filter_pids = 0;
+/* Set when the OTel instrumentation's traces_ctx_v1 map is pinned and
+ * replaces the empty stand-in; otherwise its lookup is compiled out. */
+volatile const __u8 otel_map = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -181,6 +184,8 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
 		s->ctx_source = CTX_TASK_STORAGE;
 		return;
 	}
+	if (!otel_map)
+		return;
 	oc = bpf_map_lookup_elem(&traces_ctx_v1, &pid_tgid);
 	if (oc) {
 		__builtin_memcpy(s->trace_id, oc->trace_id, sizeof(s->trace_id));
@@ -220,7 +225,7 @@ struct {
 
 /* fill_stacks walks the user stack, then the kernel stack right after it,
  * and returns how many bytes of s hold data. */
-static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s)
+static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, int kernel)
 {
 	__u64 nu = 0, nk = 0;
 	long n;
@@ -233,7 +238,8 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s)
 		nu = (n >> 3) & 127;
 		s->user_frames = nu;
 	}
-	n = bpf_get_stack(ctx, &s->frames[nu], MAX_KERN_FRAMES * sizeof(__u64), 0);
+	/* A tick that interrupted user code has no kernel stack to walk. */
+	n = kernel ? bpf_get_stack(ctx, &s->frames[nu], MAX_KERN_FRAMES * sizeof(__u64), 0) : 0;
 	if (n < 0) {
 		count(CNT_KSTACK_ERR);
 		s->kern_frames = n;
@@ -254,7 +260,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	struct task_struct *task;
 	struct stack_sample *s;
 	__u32 zero = 0;
-	__u64 size;
+	__u64 size, cs;
 
 	if (!wanted(tgid))
 		return 0;
@@ -285,7 +291,9 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	fill_user(s, task);
 	read_trace_context(s, task, pid_tgid);
 
-	size = fill_stacks(ctx, s);
+	/* The verifier allows only whole-word loads of the context. */
+	cs = *(volatile __u64 *)&ctx->regs.cs;
+	size = fill_stacks(ctx, s, (cs & 3) == 0);
 	if (bpf_ringbuf_output(&samples, s, size, wakeup_flags())) {
 		count(CNT_RINGBUF_FULL);
 		return 0;

@@ -168,6 +168,7 @@ const (
 	SamplerProgSetTraceContext    = "set_trace_context"
 	SamplerVarFilterPids          = "filter_pids"
 	SamplerVarOffcpuThresholdNs   = "offcpu_threshold_ns"
+	SamplerVarOtelMap             = "otel_map"
 	SamplerVarSelfTgid            = "self_tgid"
 	SamplerVarUnusedCtxSource     = "unused_ctx_source"
 	SamplerVarUnusedDropCounter   = "unused_drop_counter"
@@ -251,6 +252,7 @@ type SamplerMapSpecs struct {
 type SamplerVariableSpecs struct {
 	FilterPids          *ebpf.VariableSpec `ebpf:"filter_pids"`
 	OffcpuThresholdNs   *ebpf.VariableSpec `ebpf:"offcpu_threshold_ns"`
+	OtelMap             *ebpf.VariableSpec `ebpf:"otel_map"`
 	SelfTgid            *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedCtxSource     *ebpf.VariableSpec `ebpf:"unused_ctx_source"`
 	UnusedDropCounter   *ebpf.VariableSpec `ebpf:"unused_drop_counter"`
@@ -315,6 +317,7 @@ func (m *SamplerMaps) Close() error {
 type SamplerVariables struct {
 	FilterPids          *ebpf.Variable `ebpf:"filter_pids"`
 	OffcpuThresholdNs   *ebpf.Variable `ebpf:"offcpu_threshold_ns"`
+	OtelMap             *ebpf.Variable `ebpf:"otel_map"`
 	SelfTgid            *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedCtxSource     *ebpf.Variable `ebpf:"unused_ctx_source"`
 	UnusedDropCounter   *ebpf.Variable `ebpf:"unused_drop_counter"`

@@ -117,6 +117,9 @@ func New(opts Options) (*Sampler, error) {
 		// Read the OTel eBPF Instrumentation's span map in place of the
 		// empty stand-in; load fails clearly if its layout differs.
 		collOpts.MapReplacements = map[string]*ebpf.Map{bpf.SamplerMapTracesCtxV1: m}
+		if err := spec.Variables[bpf.SamplerVarOtelMap].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("set otel_map: %w", err)
+		}
 		defer m.Close()
 		opts.Logger.Info("reading trace context from the OTel instrumentation map", "pin", OTelTracesMapPin)
 	}
