@@ -15,6 +15,7 @@ import (
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/export"
+	"github.com/spanprof/spanprof/internal/gowait"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
@@ -44,6 +45,8 @@ type recordFlags struct {
 	// offCPUThreshold tunes off-CPU sampling (sampler.OffCPUOptions).
 	offCPUThreshold time.Duration
 	output          string
+	// goWaitFrequency samples parked goroutines with --off-cpu (gowait).
+	goWaitFrequency int
 	verbose         bool
 	// Symbolization (docs/symbolization.md).
 	symbolize      symbolize.Mode
@@ -76,6 +79,8 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	fs.BoolVar(&f.offCPU, "off-cpu", false, "also record off-CPU time (sched_switch)")
 	fs.DurationVar(&f.offCPUThreshold, "off-cpu-threshold", sampler.DefaultOffCPUThreshold,
 		"off-CPU sampling: threads switching out less often than this are recorded exactly, others in proportion, with unbiased weights; 1ns records every wait")
+	fs.IntVar(&f.goWaitFrequency, "go-wait-frequency", gowait.DefaultFrequency,
+		"with --off-cpu: samples per second of the parked goroutines of Go processes (0: off)")
 	fs.StringVar(&f.output, "output", "", "write to FILE; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
 	mode := fs.String("symbolize", "local", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories; full: also debuginfod (DEBUGINFOD_URLS)")
@@ -98,6 +103,9 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	}
 	if f.frequency < 1 || f.frequency > 100000 {
 		return nil, fmt.Errorf("--frequency %d out of range 1..100000", f.frequency)
+	}
+	if f.goWaitFrequency < 0 || f.goWaitFrequency > 1000 {
+		return nil, fmt.Errorf("--go-wait-frequency %d out of range 0..1000", f.goWaitFrequency)
 	}
 	if f.duration <= 0 {
 		return nil, fmt.Errorf("--duration must be positive, got %v", f.duration)
@@ -160,6 +168,11 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		if err := watch.Scan(uint32(pid)); err != nil {
 			log.Warn("inspect process for trace context", "pid", pid, "error", err)
 		}
+	}
+	// Go off-CPU: parked goroutines, sampled from outside (gowait).
+	var goWait *goWaitRun
+	if f.offCPU {
+		goWait = startGoWait(f.goWaitFrequency, f.pids, log)
 	}
 	stopWatch := make(chan struct{})
 	defer close(stopWatch)
@@ -233,6 +246,7 @@ drainLoop:
 	prof := c.Build(end)
 	sym.report(log)
 	prof.Lost = lostCounts(counters)
+	goWait.merge(prof)
 	if n := totalLost(prof.Lost); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)
 	}

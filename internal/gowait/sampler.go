@@ -121,12 +121,12 @@ func New(opts Options) *Sampler {
 // tracectx.ErrNotGoBinary, tracectx.ErrUnsupportedGo or
 // tracectx.ErrNoAllGSymbols, for a process it cannot sample.
 func (s *Sampler) Add(pid uint32) error {
-	p := s.opts.Tracker.Get(pid)
 	exe := filepath.Join("/proc", fmt.Sprint(pid), "exe")
 	info, err := tracectx.GoAllGOffsets(exe)
 	if err != nil {
 		return fmt.Errorf("inspect process %d: %w", pid, err)
 	}
+	p := s.opts.Tracker.Get(pid)
 	var bias uint64
 	if info.PIE {
 		if bias, err = loadBias(exe, p); err != nil {
