@@ -2,7 +2,8 @@
 // faults, and checks that nothing is lost silently. The tests need root:
 // they load eBPF programs. Long modes are behind SPANPROF_RELIABILITY_LONG
 // (a minute of churn instead of 20 s); `make soak` runs the agent for ten
-// minutes (bench/soak.sh).
+// minutes (bench/soak.sh). SPANPROF_BIN tests a given binary instead of
+// building the checkout's.
 package reliability
 
 import (
@@ -43,7 +44,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binPath = filepath.Join(dir, "spanprof")
-	if out, err := exec.Command("go", "build", "-o", binPath, filepath.Join(repoRoot, "cmd", "spanprof")).CombinedOutput(); err != nil {
+	if bin := os.Getenv("SPANPROF_BIN"); bin != "" {
+		// Test a given build (a candidate fix) instead of the checkout's.
+		binPath = bin
+	} else if out, err := exec.Command("go", "build", "-o", binPath, filepath.Join(repoRoot, "cmd", "spanprof")).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build spanprof: %v\n%s", err, out)
 		os.Exit(1)
 	}
