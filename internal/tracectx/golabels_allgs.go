@@ -268,3 +268,22 @@ func ReadGoLabelSet(mem io.ReaderAt, labels uint64, info *GoRuntimeInfo) (map[st
 		return nil, fmt.Errorf("read labels: layout %v: %w", info.Layout, ErrUnsupportedGo)
 	}
 }
+
+// GoAllGInfoForTest returns the tables' layout for Go 1.minor with a
+// slice label layout and no addresses, for tests of readers that fake a
+// process's memory.
+func GoAllGInfoForTest(minor int) (*GoAllGInfo, error) {
+	g, err := goGLayoutFromTable(fmt.Sprintf("go1.%d", minor))
+	if err != nil {
+		return nil, err
+	}
+	reasons, err := goWaitReasonsFromTable(fmt.Sprintf("go1.%d", minor))
+	if err != nil {
+		return nil, err
+	}
+	return &GoAllGInfo{
+		GoVersion: fmt.Sprintf("go1.%d", minor), G: g, GSource: "table",
+		WaitReasons: reasons, ReasonSource: "table",
+		Labels: &GoRuntimeInfo{Layout: GoLabelsSlice, Slice: goLabelSlice, Source: "table"},
+	}, nil
+}
