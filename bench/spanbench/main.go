@@ -1,0 +1,257 @@
+// Command spanbench runs spanprof side by side with perf, bpftrace and
+// libbpf-tools offcputime on the same workloads, in interleaved rounds,
+// and writes the medians and ratios to out/bench/results.md. `make bench`
+// runs it as root; see BENCHMARKS.md for what each figure means.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+type bench struct {
+	root                                 string
+	spanprof, chain, pingpong, fanout    string
+	tmp                                  string
+	rounds, instances, calls, pingSecs   int
+	scaleSecs, agentScaleSecs, agentSecs int
+	phases                               map[string]bool
+	log                                  *os.File
+
+	slow    []slowRow
+	freq    []costRow
+	procs   []costRow
+	agents  []costRow
+	offcpu  []offcpuRun
+	micro   string
+	started time.Time
+}
+
+func main() {
+	b := &bench{log: os.Stderr, started: time.Now()}
+	var out, phases string
+	flag.StringVar(&b.spanprof, "spanprof", "bin/spanprof", "spanprof binary")
+	flag.IntVar(&b.rounds, "rounds", 3, "interleaved rounds of every comparison")
+	flag.IntVar(&b.instances, "instances", 2, "chain-clang instances at once (one per CPU)")
+	flag.IntVar(&b.calls, "calls", 40000, "chain-clang fixed-mode calls per instance")
+	flag.IntVar(&b.pingSecs, "pingpong-seconds", 3, "pingpong run per measurement")
+	flag.IntVar(&b.scaleSecs, "scale-seconds", 10, "window of each cost-growth point")
+	flag.IntVar(&b.agentScaleSecs, "agent-scale-seconds", 30, "agent window with 200 processes")
+	flag.IntVar(&b.agentSecs, "agent-seconds", 60, "agent CPU window at 99 Hz")
+	flag.StringVar(&phases, "phases", "micro,slowdown,offcpu,growth,agent", "phases to run")
+	flag.StringVar(&out, "out", "out/bench/results.md", "results file")
+	flag.Parse()
+	b.phases = map[string]bool{}
+	for _, p := range strings.Split(phases, ",") {
+		b.phases[strings.TrimSpace(p)] = true
+	}
+	if err := b.run(out); err != nil {
+		fmt.Fprintf(os.Stderr, "spanbench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "[%5.0fs] %s\n", time.Since(b.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (b *bench) run(out string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (loads eBPF programs, sets kernel.bpf_stats_enabled)")
+	}
+	var err error
+	if b.root, err = os.Getwd(); err != nil {
+		return err
+	}
+	for _, tool := range []string{"perf", "bpftrace", offcputimePath} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: make bench-deps installs the peers", tool)
+		}
+	}
+	for _, dir := range []string{"testdata/fixtures", "testdata/offcpu", "testdata/bench"} {
+		if o, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
+			return fmt.Errorf("make -C %s: %v\n%s", dir, err, o)
+		}
+	}
+	b.spanprof, _ = filepath.Abs(b.spanprof)
+	b.chain = filepath.Join(b.root, "testdata/fixtures/build/chain-clang")
+	b.pingpong = filepath.Join(b.root, "testdata/offcpu/build/pingpong")
+	b.fanout = filepath.Join(b.root, "testdata/bench/build/fanout")
+	if b.tmp, err = os.MkdirTemp("", "spanbench"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(b.tmp)
+	restore, err := enableBPFStats()
+	if err != nil {
+		return err
+	}
+	defer restore()
+
+	if b.phases["micro"] {
+		b.runMicro()
+	}
+	if b.phases["slowdown"] {
+		if err := b.runSlowdown(); err != nil {
+			return err
+		}
+	}
+	if b.phases["offcpu"] {
+		b.runOffCPU()
+	}
+	if b.phases["growth"] {
+		if err := b.runGrowth(); err != nil {
+			return err
+		}
+	}
+	if b.phases["agent"] {
+		if err := b.runAgent(); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	md := b.report()
+	if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(b.summary())
+	fmt.Printf("\nfull results: %s (%.0f s)\n", out, time.Since(b.started).Seconds())
+	return nil
+}
+
+// runMicro runs the Go micro-benchmarks of the hot paths once.
+func (b *bench) runMicro() {
+	b.logf("micro-benchmarks")
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", "1",
+		"./internal/sampler", "./internal/symbolize", "./internal/unwind", "./internal/profile",
+		"./internal/export/otlp", "./bench/micro")
+	o, err := cmd.CombinedOutput()
+	b.micro = string(o)
+	if err != nil {
+		b.micro += fmt.Sprintf("\n(go test failed: %v)\n", err)
+	}
+}
+
+// runSlowdown runs every profiler once per round, in an order rotated by
+// round so no profiler always follows the same one.
+func (b *bench) runSlowdown() error {
+	profs := profilers(b.spanprof)
+	for r := range b.rounds {
+		for i := range profs {
+			k := (i + r) % len(profs)
+			b.logf("slowdown round %d/%d: %s", r+1, b.rounds, profs[k].name)
+			row, err := b.measureSlowdown(profs[k], r, i)
+			if err != nil {
+				return fmt.Errorf("%s: %w", profs[k].name, err)
+			}
+			b.slow = append(b.slow, row)
+		}
+	}
+	return nil
+}
+
+// runGrowth measures spanprof record as frequency and process count grow.
+func (b *bench) runGrowth() error {
+	for r := range b.rounds {
+		for _, f := range []int{99, 999, 9999} {
+			b.logf("growth round %d/%d: %d Hz, 2 busy processes", r+1, b.rounds, f)
+			ps, pids, err := b.startBusy(2, b.scaleSecs+30)
+			if err != nil {
+				return err
+			}
+			row := costRow{round: r, label: fmt.Sprintf("%d Hz", f), freq: f, procs: 2, threads: 2}
+			args := append([]string{"record", "--frequency", fmt.Sprint(f), "--duration", "1h",
+				"--output", filepath.Join(b.tmp, "growth.pb.gz")}, pidArgs(pids)...)
+			row, err = b.measureSpanprof(row, args, "spanprof: recording", b.scaleSecs, 0)
+			for _, p := range ps {
+				p.kill()
+			}
+			if err != nil {
+				return err
+			}
+			b.freq = append(b.freq, row)
+		}
+		for _, n := range []int{1, 10, 50, 200} {
+			b.logf("growth round %d/%d: %d processes x 10 threads, 99 Hz", r+1, b.rounds, n)
+			fan, pids, err := b.startFanout(n, 10, b.scaleSecs+60)
+			if err != nil {
+				return err
+			}
+			row := costRow{round: r, label: fmt.Sprintf("%d processes", n), freq: 99, procs: n, threads: 10 * n}
+			args := append([]string{"record", "--frequency", "99", "--duration", "1h",
+				"--output", filepath.Join(b.tmp, "growth.pb.gz")}, pidArgs(pids)...)
+			row, err = b.measureSpanprof(row, args, "spanprof: recording", b.scaleSecs, 0)
+			fan.kill()
+			if err != nil {
+				return err
+			}
+			b.procs = append(b.procs, row)
+		}
+	}
+	return nil
+}
+
+// runAgent measures `spanprof agent` exporting to a do-nothing OTLP sink:
+// peak RSS and CPU with 200 processes of 10 threads, and CPU at 99 Hz on
+// two busy CPUs, with a perf profile of the agent.
+func (b *bench) runAgent() error {
+	s, err := startSink()
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	base := []string{"agent", "--endpoint", s.addr, "--insecure", "--report-interval", "10s",
+		"--frequency", "99", "--metrics-listen", "off"}
+	for _, offCPU := range []bool{false, true} {
+		label := "agent, 200 processes x 10 threads"
+		args := slices.Clone(base)
+		if offCPU {
+			label += ", --off-cpu"
+			args = append(args, "--off-cpu")
+		}
+		b.logf("%s, %d s", label, b.agentScaleSecs)
+		fan, pids, err := b.startFanout(200, 10, b.agentScaleSecs+60)
+		if err != nil {
+			return err
+		}
+		row := costRow{label: label, freq: 99, procs: 200, threads: 2000}
+		row, err = b.measureSpanprof(row, append(args, pidArgs(pids)...), "agent started", b.agentScaleSecs, 0)
+		fan.kill()
+		if err != nil {
+			return err
+		}
+		b.agents = append(b.agents, row)
+	}
+	for _, all := range []bool{false, true} {
+		label := "agent, 2 busy processes (--pid)"
+		ps, pids, err := b.startBusy(2, b.agentSecs+60)
+		if err != nil {
+			return err
+		}
+		args := slices.Clone(base)
+		if all {
+			label = "agent, --all (shared machine)"
+		} else {
+			args = append(args, pidArgs(pids)...)
+		}
+		b.logf("%s, %d s, perf -p on the agent", label, b.agentSecs)
+		row := costRow{label: label, freq: 99, procs: 2, threads: 2}
+		row, err = b.measureSpanprof(row, args, "agent started", b.agentSecs, 4999)
+		for _, p := range ps {
+			p.kill()
+		}
+		if err != nil {
+			return err
+		}
+		b.agents = append(b.agents, row)
+	}
+	b.logf("sink got %d export requests", s.requests.Load())
+	return nil
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// med is the median of f over the rows of profiler name.
+func (b *bench) med(name string, f func(slowRow) float64) float64 {
+	var xs []float64
+	for _, r := range b.slow {
+		if r.prof == name {
+			xs = append(xs, f(r))
+		}
+	}
+	return median(xs)
+}
+
+func costMed(rows []costRow, label string, f func(costRow) float64) float64 {
+	var xs []float64
+	for _, r := range rows {
+		if r.label == label {
+			xs = append(xs, f(r))
+		}
+	}
+	return median(xs)
+}
+
+func labels(rows []costRow) []string {
+	var ls []string
+	for _, r := range rows {
+		if !slices.Contains(ls, r.label) {
+			ls = append(ls, r.label)
+		}
+	}
+	return ls
+}
+
+func machine() string {
+	var sb strings.Builder
+	model := "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	kernel, _ := exec.Command("uname", "-r").Output()
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(&sb, "- CPUs: %d (%s)\n", runtime.NumCPU(), model)
+	fmt.Fprintf(&sb, "- kernel: %s\n", strings.TrimSpace(string(kernel)))
+	fmt.Fprintf(&sb, "- load average at the end: %s\n", strings.TrimSpace(string(load)))
+	fmt.Fprintf(&sb, "- date: %s\n", time.Now().UTC().Format(time.RFC3339))
+	return sb.String()
+}
+
+func pct(x float64) string { return fmt.Sprintf("%+.1f %%", 100*x) }
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// slowdownTable is the workload table: medians, slowdown vs baseline, eBPF
+// time per run, and spanprof's own CPU and memory.
+func (b *bench) slowdownTable() string {
+	var sb strings.Builder
+	base := b.med("baseline", func(r slowRow) float64 { return r.chainNs })
+	basePing := b.med("baseline", func(r slowRow) float64 { return r.pingNs })
+	fmt.Fprintf(&sb, "| profiler | chain elapsed (ms) | chain slowdown | pingpong ns/round | pingpong slowdown | eBPF ns/sample | eBPF ns/switch | profiler CPU in window (ms) | CPU total (ms) | samples | CPU µs/sample | VmHWM (MiB) |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, p := range profilers("") {
+		name := p.name
+		chain := b.med(name, func(r slowRow) float64 { return r.chainNs })
+		ping := b.med(name, func(r slowRow) float64 { return r.pingNs })
+		ns := b.med(name, func(r slowRow) float64 { return r.sample.nsPerRun() })
+		sw := b.med(name, func(r slowRow) float64 { return r.switches.nsPerRun() })
+		cw := b.med(name, func(r slowRow) float64 { return ms(r.cpuWindow) })
+		ct := b.med(name, func(r slowRow) float64 { return ms(r.cpuTotal) })
+		hwm := b.med(name, func(r slowRow) float64 { return float64(r.hwmKiB) / 1024 })
+		samples := b.med(name, func(r slowRow) float64 { return float64(r.samples) })
+		per := b.med(name, func(r slowRow) float64 {
+			if r.samples == 0 {
+				return 0
+			}
+			return float64(r.cpuTotal.Microseconds()) / float64(r.samples)
+		})
+		fmt.Fprintf(&sb, "| %s | %.0f | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", name,
+			chain/1e6, pct(chain/base-1), ping, pct(ping/basePing-1),
+			num(ns, "%.0f"), num(sw, "%.0f"), num(cw, "%.0f"), num(ct, "%.0f"), num(samples, "%.0f"), num(per, "%.1f"), num(hwm, "%.1f"))
+	}
+	return sb.String()
+}
+
+func num(x float64, f string) string {
+	if x == 0 {
+		return "–"
+	}
+	return fmt.Sprintf(f, x)
+}
+
+// ratios are the quality bars of SPEC.md, each as a ratio against its
+// peer in the same run.
+func (b *bench) ratios() string {
+	var sb strings.Builder
+	bar := func(name string, v, limit float64, how string) {
+		verdict := "met"
+		if v > limit {
+			verdict = "NOT met"
+		}
+		fmt.Fprintf(&sb, "| %s | %s | ≤ %g | %s |\n", name, how, limit, verdict)
+	}
+	fmt.Fprintf(&sb, "| bar | measured (medians) | limit | verdict |\n|---|---|---|---|\n")
+	if len(b.slow) > 0 {
+		base := b.med("baseline", func(r slowRow) float64 { return r.chainNs })
+		sd := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.chainNs })/base - 1 }
+		sp, pf := sd("spanprof"), sd("perf record -g")
+		bar("workload slowdown at 999 Hz, spanprof / perf record -g", sp/pf, 0.5,
+			fmt.Sprintf("%s / %s = %.2f", pct(sp), pct(pf), sp/pf))
+		ns := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.sample.nsPerRun() }) }
+		bar("eBPF ns per on-CPU sample, spanprof / bpftrace", ns("spanprof")/ns("bpftrace"), 0.5,
+			fmt.Sprintf("%.0f / %.0f ns = %.2f", ns("spanprof"), ns("bpftrace"), ns("spanprof")/ns("bpftrace")))
+		sw := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.switches.nsPerRun() }) }
+		bar("eBPF ns per switch, spanprof --off-cpu / offcputime (each alone, pingpong)", sw("spanprof --off-cpu")/sw("offcputime"), 0.1,
+			fmt.Sprintf("%.0f / %.0f ns = %.3f", sw("spanprof --off-cpu"), sw("offcputime"), sw("spanprof --off-cpu")/sw("offcputime")))
+	}
+	if len(b.offcpu) > 0 {
+		var sp, oc, rs []float64
+		for _, r := range b.offcpu {
+			if r.offcputime > 0 {
+				sp, oc, rs = append(sp, r.spanprof), append(oc, r.offcputime), append(rs, r.spanprof/r.offcputime)
+			}
+		}
+		bar("eBPF ns per switch, spanprof / offcputime (bench/offcpu.sh, side by side)", median(rs), 0.1,
+			fmt.Sprintf("%.0f / %.0f ns = %.3f", median(sp), median(oc), median(rs)))
+	}
+	for _, r := range b.agents {
+		if r.procs == 200 {
+			mib := float64(r.hwmKiB) / 1024
+			bar("agent RSS (VmHWM), "+strings.TrimPrefix(r.label, "agent, "), mib/60, 1, fmt.Sprintf("%.1f MiB of 60 MiB", mib))
+		} else {
+			c := float64(r.cpuWindow) / float64(r.window)
+			bar(fmt.Sprintf("agent CPU at 99 Hz over %.0f s, %s", r.window.Seconds(), strings.TrimPrefix(r.label, "agent, ")), c/0.01, 1,
+				fmt.Sprintf("%.2f %% of a core", 100*c))
+		}
+	}
+	return sb.String()
+}
+
+func costTable(rows []costRow) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "| run | processes | threads | samples/s | eBPF ns/sample | CPU in window (%% of a core) | CPU total (ms) | CPU µs/sample (total) | VmHWM (MiB) |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, l := range labels(rows) {
+		m := func(f func(costRow) float64) float64 { return costMed(rows, l, f) }
+		var procs, threads int
+		for _, r := range rows {
+			if r.label == l {
+				procs, threads = r.procs, r.threads
+			}
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %d | %.0f | %s | %.2f | %.0f | %s | %.1f |\n", l, procs, threads,
+			m(func(r costRow) float64 { return float64(r.samples) / r.window.Seconds() }),
+			num(m(func(r costRow) float64 { return r.sample.nsPerRun() }), "%.0f"),
+			m(func(r costRow) float64 { return 100 * float64(r.cpuWindow) / float64(r.window) }),
+			m(func(r costRow) float64 { return ms(r.cpuTotal) }),
+			num(m(func(r costRow) float64 {
+				if r.samples == 0 {
+					return 0
+				}
+				return float64(r.cpuTotal.Microseconds()) / float64(r.samples)
+			}), "%.1f"),
+			m(func(r costRow) float64 { return float64(r.hwmKiB) / 1024 }))
+	}
+	return sb.String()
+}
+
+func (b *bench) summary() string {
+	var sb strings.Builder
+	sb.WriteString("\nQuality bars (SPEC.md), medians of interleaved rounds:\n\n")
+	sb.WriteString(b.ratios())
+	if len(b.slow) > 0 {
+		fmt.Fprintf(&sb, "\nWorkloads (%d rounds, medians):\n\n%s", b.rounds, b.slowdownTable())
+	}
+	return sb.String()
+}
+
+func (b *bench) report() string {
+	var sb strings.Builder
+	sb.WriteString("# spanprof benchmark results\n\nProduced by `make bench` (`go run ./bench/spanbench " + strings.Join(os.Args[1:], " ") + "`).\n\n")
+	sb.WriteString("## Machine\n\n" + machine() + "- other engineers' builds and tests share the machine: timings are noisy; every comparison is interleaved and reported as the median of its rounds\n\n")
+	sb.WriteString("## Quality bars\n\n" + b.ratios() + "\n")
+	if len(b.slow) > 0 {
+		fmt.Fprintf(&sb, "## Workloads under each profiler\n\n%d × chain-clang fixed mode (%d calls) at once, then pingpong for %d s; "+
+			"%d rounds, profiler order rotated per round; medians. eBPF times from `kernel.bpf_stats_enabled` over the chain phase (per sample) "+
+			"and the pingpong phase (per switch), for the programs the profiler's own process holds. Profiler CPU: utime+stime while the workloads ran, "+
+			"and in total (spanprof record symbolizes and writes at exit). Samples: what spanprof wrote.\n\n%s\n",
+			b.instances, b.calls, b.pingSecs, b.rounds, b.slowdownTable())
+	}
+	if len(b.offcpu) > 0 {
+		sb.WriteString("## bench/offcpu.sh (spanprof and offcputime on the same switches)\n\n")
+		for i, r := range b.offcpu {
+			fmt.Fprintf(&sb, "Round %d:\n\n```\n%s```\n\n", i+1, r.out)
+		}
+	}
+	if len(b.freq) > 0 {
+		fmt.Fprintf(&sb, "## Cost growth: frequency\n\n`spanprof record --pid` of 2 chain-clang processes busy 80 %% of the time, %d s window, %d rounds, medians.\n\n%s\n",
+			b.scaleSecs, b.rounds, costTable(b.freq))
+	}
+	if len(b.procs) > 0 {
+		fmt.Fprintf(&sb, "## Cost growth: processes\n\n`spanprof record --frequency 99 --pid` of N testdata/bench/fanout processes (distinct executables, each its own build ID) × 10 threads, each thread spinning 100 µs every 500 ms; %d s window, %d rounds, medians.\n\n%s\n",
+			b.scaleSecs, b.rounds, costTable(b.procs))
+	}
+	if len(b.agents) > 0 {
+		fmt.Fprintf(&sb, "## Agent\n\n`spanprof agent --frequency 99 --report-interval 10s` exporting to a do-nothing OTLP/gRPC sink in the benchmark process; "+
+			"200 processes for %d s, busy processes for %d s. CPU in window is utime+stime over the window; samples are the agent's samples_collected.\n\n%s\n",
+			b.agentScaleSecs, b.agentSecs, costTable(b.agents))
+		for _, r := range b.agents {
+			if r.profileOut != "" {
+				fmt.Fprintf(&sb, "### perf profile of the agent: %s\n\n`perf record -F 4999 -g -p AGENT` over the window.\n\n```\n%s```\n\n", r.label, r.profileOut)
+			}
+		}
+	}
+	if b.micro != "" {
+		sb.WriteString("## Go micro-benchmarks\n\n`go test -run '^$' -bench . -benchmem -count 1` of the hot paths.\n\n```\n" + b.micro + "```\n")
+	}
+	return sb.String()
+}
