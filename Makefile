@@ -30,6 +30,16 @@ bench-deps: deps
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BENCH_PACKAGES); \
 	fi
 
+# Side-by-side benchmarks (root, about 15 minutes): spanprof against
+# perf record -g, bpftrace and libbpf-tools offcputime on the same workloads
+# in interleaved rounds, cost growth, the agent's RSS and CPU, and the Go
+# micro-benchmarks; writes $(OUT)/bench/results.md. See BENCHMARKS.md.
+# BENCH_FLAGS passes options, e.g. BENCH_FLAGS="-rounds 5 -phases slowdown".
+BENCH_FLAGS ?=
+bench: bench-deps build
+	@mkdir -p $(OUT)/bench
+	$(GO) run ./bench/spanbench -spanprof $(BIN) -out $(OUT)/bench/results.md $(BENCH_FLAGS)
+
 # Rebuild the eBPF objects and Go bindings with the pinned clang.
 generate: deps
 	$(GO) generate ./bpf/...
