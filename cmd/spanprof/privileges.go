@@ -1,0 +1,214 @@
+package main
+
+// Capabilities after start-up. `record` and `agent` need root or
+// CAP_BPF+CAP_PERFMON to load the eBPF programs (sampler.Preflight names
+// what is missing). Once the programs are loaded and attached, the agent
+// runs for days reading other processes' files and memory; it keeps only
+// what that needs, so a bug in the parsers of those files (ELF, DWARF,
+// pclntab, process context) cannot be turned into, say, CAP_SYS_ADMIN.
+//
+// Kept (runtimeCapabilities):
+//
+//	CAP_BPF, CAP_PERFMON  attach uprobes later (spanprof_set_trace_context
+//	                      hooks of processes that start after the agent)
+//	CAP_SYS_PTRACE        read /proc/PID/mem, maps, environ, root of others
+//	CAP_DAC_READ_SEARCH   open binaries and libraries whatever their modes
+//	CAP_CHECKPOINT_RESTORE open /proc/PID/map_files (deleted or replaced
+//	                      files); without it the tracker falls back to
+//	                      /proc/PID/root/PATH
+//	CAP_SYS_ADMIN         only on kernels without CAP_BPF (before 5.8),
+//	                      where it stands for CAP_BPF+CAP_PERFMON
+//
+// Dropped: everything else, in particular CAP_SYS_ADMIN, CAP_SYS_RESOURCE
+// (memlock, only before load), CAP_SYSLOG (/proc/kallsyms is read at
+// start), CAP_NET_BIND_SERVICE (the metrics port is bound at start), and
+// CAP_SETPCAP after it served to shrink the bounding set. The bounding set
+// and ambient set are cleared too, and no_new_privs is set: spanprof never
+// executes anything, so nothing it runs can regain a capability.
+//
+// Capabilities are per thread in Linux; the drop is applied to every
+// thread with syscall.AllThreadsSyscall, which Go refuses in binaries
+// linked with cgo. The release build (deploy/Dockerfile) uses
+// CGO_ENABLED=0; a cgo build reports errCapsCgo and keeps its
+// capabilities, and the caller should log that as a warning.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// capability is a Linux capability number (linux/capability.h).
+type capability uint
+
+const (
+	capDacReadSearch     capability = 2
+	capSetpcap           capability = 8
+	capSysPtrace         capability = 19
+	capSysAdmin          capability = 21
+	capSysResource       capability = 24
+	capSyslog            capability = 34
+	capPerfmon           capability = 38
+	capBPF               capability = 39
+	capCheckpointRestore capability = 40
+)
+
+var capNames = map[capability]string{
+	capDacReadSearch:     "CAP_DAC_READ_SEARCH",
+	capSetpcap:           "CAP_SETPCAP",
+	capSysPtrace:         "CAP_SYS_PTRACE",
+	capSysAdmin:          "CAP_SYS_ADMIN",
+	capSysResource:       "CAP_SYS_RESOURCE",
+	capSyslog:            "CAP_SYSLOG",
+	capPerfmon:           "CAP_PERFMON",
+	capBPF:               "CAP_BPF",
+	capCheckpointRestore: "CAP_CHECKPOINT_RESTORE",
+}
+
+func (c capability) String() string {
+	if n, ok := capNames[c]; ok {
+		return n
+	}
+	return "CAP_" + strconv.Itoa(int(c))
+}
+
+// errCapsCgo: the binary was linked with cgo, so the drop cannot reach
+// every thread.
+var errCapsCgo = errors.New("capabilities not dropped: this spanprof was built with cgo, which keeps Go from changing every thread's capabilities (build with CGO_ENABLED=0)")
+
+// lastCap is the highest capability the kernel knows.
+func lastCap() capability {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return capability(n)
+		}
+	}
+	return capCheckpointRestore
+}
+
+// runtimeCapabilities is what the agent keeps after start-up on this
+// kernel (see the comment at the top of the file).
+func runtimeCapabilities() []capability {
+	last := lastCap()
+	keep := []capability{capSysPtrace, capDacReadSearch}
+	if last >= capBPF {
+		keep = append(keep, capBPF, capPerfmon)
+	} else {
+		keep = append(keep, capSysAdmin)
+	}
+	if last >= capCheckpointRestore {
+		keep = append(keep, capCheckpointRestore)
+	}
+	return keep
+}
+
+// dropCapabilities keeps only keep (those of them the process has) in the
+// effective and permitted sets of every thread, clears the inheritable,
+// ambient and bounding sets of the rest and sets no_new_privs. It returns
+// the capabilities kept.
+func dropCapabilities(keep []capability) ([]capability, error) {
+	have, err := threadCaps()
+	if err != nil {
+		return nil, err
+	}
+	var mask uint64
+	var kept []capability
+	for _, c := range keep {
+		if have.permitted&(1<<c) != 0 {
+			mask |= 1 << c
+			kept = append(kept, c)
+		}
+	}
+	// Each step runs on every thread; a failure on any thread is an error.
+	all := func(trap, a1, a2, a3 uintptr) error {
+		_, _, errno := syscall.AllThreadsSyscall(trap, a1, a2, a3)
+		if errno == syscall.ENOTSUP {
+			return errCapsCgo
+		}
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+	if err := all(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return nil, fmt.Errorf("set no_new_privs: %w", err)
+	}
+	if err := all(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return nil, fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	// Shrinking the bounding set needs CAP_SETPCAP, still effective here.
+	if have.effective&(1<<capSetpcap) != 0 {
+		for c := capability(0); c <= lastCap(); c++ {
+			if mask&(1<<c) != 0 {
+				continue
+			}
+			if err := all(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
+				return nil, fmt.Errorf("drop %v from the bounding set: %w", c, err)
+			}
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: uint32(mask), Permitted: uint32(mask)},
+		{Effective: uint32(mask >> 32), Permitted: uint32(mask >> 32)},
+	}
+	// Called directly so the pointers stay valid through the call.
+	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return nil, fmt.Errorf("set capabilities: %w", errno)
+	}
+	// Verify on every thread: a thread the drop missed would keep all.
+	if err := checkAllThreads(mask); err != nil {
+		return nil, err
+	}
+	return kept, nil
+}
+
+type capSets struct{ effective, permitted uint64 }
+
+func threadCaps() (capSets, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return capSets{}, fmt.Errorf("read capabilities: %w", err)
+	}
+	return capSets{
+		effective: uint64(data[0].Effective) | uint64(data[1].Effective)<<32,
+		permitted: uint64(data[0].Permitted) | uint64(data[1].Permitted)<<32,
+	}, nil
+}
+
+// checkAllThreads reads CapEff and CapPrm of every thread of the process.
+func checkAllThreads(want uint64) error {
+	tasks, err := filepath.Glob("/proc/self/task/*/status")
+	if err != nil || len(tasks) == 0 {
+		return fmt.Errorf("list threads: %v", err)
+	}
+	for _, st := range tasks {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || (k != "CapEff" && k != "CapPrm") {
+				continue
+			}
+			got, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return fmt.Errorf("parse %s of %s: %w", k, st, err)
+			}
+			if got&^want != 0 {
+				return fmt.Errorf("thread %s still has %s %#x after the drop (want at most %#x)", filepath.Base(filepath.Dir(st)), k, got, want)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package main
+
+func cgoEnabled() bool { return false }
