@@ -1,0 +1,38 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+)
+
+// startCPUProfile writes a Go CPU profile of spanprof itself to the file
+// named by SPANPROF_CPUPROFILE, when set, until the returned stop runs
+// (`go tool pprof -top bin/spanprof FILE`). It exists for benchmarks of
+// the agent's own cost (BENCHMARKS.md); failures only warn, since the
+// profile is never what the user asked for. Call it first in run:
+//
+//	defer startCPUProfile(stderr)()
+func startCPUProfile(stderr io.Writer) (stop func()) {
+	path := os.Getenv("SPANPROF_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof: SPANPROF_CPUPROFILE: %v\n", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(stderr, "spanprof: SPANPROF_CPUPROFILE: %v\n", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "spanprof: SPANPROF_CPUPROFILE: %v\n", err)
+		}
+	}
+}
