@@ -22,6 +22,7 @@ import (
 	"math/rand"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	spanprof "github.com/spanprof/spanprof/sdk/go"
@@ -135,6 +136,7 @@ func main() {
 	out := flag.String("out", "groundtruth.txt", "ground truth file")
 	idle := flag.Int("idle", 0, "goroutines parked forever outside any span")
 	wait := flag.Bool("wait", false, "start spans after a line on stdin")
+	spin := flag.Bool("spin", false, "also keep one goroutine busy and print \"spins N\" (loop iterations) at the end, to measure slowdown")
 	flag.Parse()
 
 	never := make(chan struct{})
@@ -154,6 +156,21 @@ func main() {
 		bufio.NewReader(os.Stdin).ReadString('\n')
 	}
 	deadline := time.Now().Add(*duration)
+	var spins atomic.Uint64
+	if *spin {
+		go func() {
+			x := uint64(1)
+			for n := uint64(1); ; n++ {
+				for i := 0; i < 1000; i++ {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				spins.Store(n)
+				if x == 42 {
+					fmt.Print("")
+				}
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < *workers; i++ {
 		wg.Add(1)
@@ -177,5 +194,8 @@ func main() {
 		os.Exit(1)
 	}
 	_ = tp.Shutdown(context.Background())
+	if *spin {
+		fmt.Println("spins", spins.Load())
+	}
 	close(never)
 }
