@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spanprof/spanprof/internal/perfmap"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -76,6 +77,7 @@ type Agent struct {
 	tracker   *proc.Tracker
 	collector *collect.Collector
 	corr      Correlator
+	perfMaps  *perfmap.Cache
 	exporters []*Exporter
 	hostName  string
 	now       func() time.Time
@@ -142,7 +144,13 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 		corr:     opts.Correlator,
 		match:    map[uint32]bool{},
 	}
-	collOpts := collect.Options{Frequency: cfg.Frequency, Tracker: opts.Tracker, Logger: log}
+	sym, err := newSymbolization(cfg.Symbolization, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	a.perfMaps = sym.perfMaps
+	collOpts := collect.Options{Frequency: cfg.Frequency, Tracker: opts.Tracker, Logger: log,
+		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
 	if opts.Kernel != nil {
 		collOpts.Kernel = opts.Kernel
 	}
@@ -290,6 +298,9 @@ func (a *Agent) add(r *sampler.Record) {
 
 func (a *Agent) procEvent(e sampler.ProcEvent) {
 	delete(a.match, e.PID) // an exec may change the executable
+	if e.Exit {
+		a.perfMaps.Forget(e.PID)
+	}
 	if a.corr != nil {
 		if e.Exit {
 			a.corr.Exit(e.PID)

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/spanprof/spanprof/internal/symbolize"
 	"io"
 	"net"
 	"os"
@@ -101,10 +102,16 @@ type Retry struct {
 
 // Symbolization configures symbol lookup.
 type Symbolization struct {
-	// Mode is local: symbols from the binaries on this host.
+	// Mode is local (binaries and debug files on this host), none
+	// (addresses, build IDs and file offsets only, for a backend that
+	// symbolizes) or full (local, then debuginfod).
 	Mode string `yaml:"mode"`
-	// DebuginfodURLs are stored for when remote symbolization lands.
+	// DebuginfodURLs are asked in order in full mode; empty means
+	// DEBUGINFOD_URLS from the environment.
 	DebuginfodURLs []string `yaml:"debuginfod_urls"`
+	// DebugDirs are searched for separate debug files before
+	// /usr/lib/debug.
+	DebugDirs []string `yaml:"debug_dirs"`
 }
 
 // Default returns the configuration used where nothing is said.
@@ -170,10 +177,8 @@ func (c *Config) Validate() error {
 	if err := c.Export.validate(); err != nil {
 		return err
 	}
-	switch c.Symbolization.Mode {
-	case "local":
-	default:
-		return fmt.Errorf("symbolization mode %q: only \"local\" is supported", c.Symbolization.Mode)
+	if _, err := symbolize.ParseMode(c.Symbolization.Mode); err != nil {
+		return fmt.Errorf("symbolization mode %q: want local, none or full", c.Symbolization.Mode)
 	}
 	for _, u := range c.Symbolization.DebuginfodURLs {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {

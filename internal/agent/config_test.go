@@ -191,7 +191,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{"env duration", nil, map[string]string{"SPANPROF_REPORT_INTERVAL": "10"}, "", "SPANPROF_REPORT_INTERVAL: not a duration"},
 		{"env bool", nil, map[string]string{"SPANPROF_INSECURE": "maybe"}, "", "SPANPROF_INSECURE: not a boolean"},
 		{"report interval", []string{"--report-interval", "10ms"}, nil, "", "below the 100ms minimum"},
-		{"symbolization", nil, map[string]string{"SPANPROF_SYMBOLIZATION": "debuginfod"}, "", `only "local"`},
+		{"symbolization", nil, map[string]string{"SPANPROF_SYMBOLIZATION": "debuginfod"}, "", `want local, none or full`},
 		{"compression", nil, map[string]string{"SPANPROF_COMPRESSION": "zstd"}, "", "want gzip or none"},
 		{"header", []string{"--header", "novalue"}, nil, "", "want KEY=VALUE"},
 		{"header name", []string{"--header", "a b=c"}, nil, "", "header \"a b\""},

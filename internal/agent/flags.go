@@ -40,6 +40,7 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	var (
 		configPath, hostName, caFile, logLevel string
 		endpoints, pids, execs, headers        listFlag
+		debugDirs                              listFlag
 	)
 	cfg := Default()
 	fs := flag.NewFlagSet("spanprof agent", flag.ContinueOnError)
@@ -58,6 +59,8 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	metrics := fs.String("metrics-listen", "", "serve /metrics and /healthz on `HOST:PORT` (default 127.0.0.1:9464; \"off\" disables)")
 	fs.StringVar(&hostName, "host-name", "", "host.name resource attribute (default: the host name)")
 	fs.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default info)")
+	symMode := fs.String("symbolize", "", "none (addresses and build IDs for the backend), local or full (adds debuginfod) (default local)")
+	fs.Var(&debugDirs, "debug-dir", "search `DIR` for separate debug files (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -124,6 +127,12 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	if set["log-level"] {
 		cfg.LogLevel = logLevel
 	}
+	if set["symbolize"] {
+		cfg.Symbolization.Mode = *symMode
+	}
+	if set["debug-dir"] {
+		cfg.Symbolization.DebugDirs = debugDirs
+	}
 	if cfg.MetricsListen == "off" {
 		cfg.MetricsListen = ""
 	}
@@ -149,6 +158,7 @@ func applyEnv(cfg *Config, env LookupEnv) error {
 		"SPANPROF_ENDPOINT":        &cfg.Export.Endpoints,
 		"SPANPROF_EXECUTABLES":     &cfg.Processes.Executables,
 		"SPANPROF_DEBUGINFOD_URLS": &cfg.Symbolization.DebuginfodURLs,
+		"SPANPROF_DEBUG_DIRS":      &cfg.Symbolization.DebugDirs,
 	}
 	for k, p := range lists {
 		if v, ok := env(k); ok {
