@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // ErrNoPclntab is returned for files that are not Go binaries.
@@ -53,8 +54,10 @@ func FindPclntab(f *elf.File) (*Pclntab, error) {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X != 0 {
 			continue
 		}
-		data := make([]byte, p.Filesz)
-		if _, err := p.ReadAt(data, 0); err != nil {
+		// Filesz comes from the file: read what is there rather than
+		// allocate what the header claims (it may claim exabytes).
+		data, err := io.ReadAll(io.LimitReader(p.Open(), maxSegmentScan))
+		if err != nil || uint64(len(data)) != p.Filesz {
 			continue
 		}
 		for off := 0; off+16 <= len(data); off += 8 {
@@ -66,6 +69,10 @@ func FindPclntab(f *elf.File) (*Pclntab, error) {
 	}
 	return nil, ErrNoPclntab
 }
+
+// maxSegmentScan bounds the segment read when looking for a pclntab
+// without section headers; Go's largest binaries hold a few hundred MiB.
+const maxSegmentScan = 1 << 30
 
 // validPclnHeader checks the magic, padding, instruction quantum and
 // pointer size of a pcHeader, the same checks the runtime makes.
