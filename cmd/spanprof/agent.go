@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/spanprof/spanprof/internal/agent"
 	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/gowait"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
 
@@ -51,7 +53,22 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	watch := correlate.New(s, correlate.GoLabels(), log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a, err := agent.New(cfg, s, agent.Options{Logger: log, Registry: reg, Correlator: watch})
+	opts := agent.Options{Logger: log, Registry: reg, Correlator: watch}
+	if cfg.OffCPU && cfg.GoWaitFrequency > 0 {
+		// Goroutine waits park no thread: sample them from outside.
+		gw := gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log})
+		for _, pid := range cfg.Processes.PIDs {
+			_ = gw.Add(uint32(pid)) // not Go, or gone: nothing to sample
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if len(cfg.Processes.PIDs) == 0 {
+			go gw.Discover(gctx, 5*time.Second)
+		}
+		go gw.Run(gctx)
+		opts.GoWait = gw
+	}
+	a, err := agent.New(cfg, s, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
 		return 1

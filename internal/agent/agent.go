@@ -63,6 +63,9 @@ type Options struct {
 	Kernel  collect.KernelSymbols
 	// Correlator is nil when trace context is not read.
 	Correlator Correlator
+	// GoWait adds the goroutine waits sampled since the last report
+	// (internal/gowait); nil when off.
+	GoWait interface{ Merge(*profile.Profile) }
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -77,6 +80,7 @@ type Agent struct {
 	tracker   *proc.Tracker
 	collector *collect.Collector
 	corr      Correlator
+	goWait    interface{ Merge(*profile.Profile) }
 	perfMaps  *perfmap.Cache
 	exporters []*Exporter
 	hostName  string
@@ -142,6 +146,7 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 		hostName: host,
 		now:      opts.Now,
 		corr:     opts.Correlator,
+		goWait:   opts.GoWait,
 		match:    map[uint32]bool{},
 	}
 	sym, err := newSymbolization(cfg.Symbolization, log, reg)
@@ -337,6 +342,9 @@ func (a *Agent) wanted(pid uint32) bool {
 func (a *Agent) report() {
 	t0 := time.Now()
 	prof := a.collector.Build(a.now())
+	if a.goWait != nil {
+		a.goWait.Merge(prof)
+	}
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
 	a.tracker.ForgetExited()
 	if a.corr != nil {

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/spanprof/spanprof/internal/gowait"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"io"
 	"net"
@@ -25,6 +26,9 @@ import (
 type Config struct {
 	// Frequency is the on-CPU sampling frequency in Hz per CPU.
 	Frequency int `yaml:"frequency"`
+	// GoWaitFrequency samples the parked goroutines of Go processes with
+	// off-CPU on (waits no thread shows); 0 turns it off.
+	GoWaitFrequency int `yaml:"go_wait_frequency"`
 	// OffCPU turns on off-CPU sampling on sched_switch.
 	OffCPU bool `yaml:"off_cpu"`
 	// OffCPUThreshold tunes how often a thread's waits are captured
@@ -118,6 +122,7 @@ type Symbolization struct {
 func Default() Config {
 	return Config{
 		Frequency:       19,
+		GoWaitFrequency: gowait.DefaultFrequency,
 		OffCPUThreshold: sampler.DefaultOffCPUThreshold,
 		Export: Export{
 			Endpoints:       []string{"localhost:4317"},
@@ -160,6 +165,9 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func (c *Config) Validate() error {
 	if c.Frequency < 1 || c.Frequency > 100000 {
 		return fmt.Errorf("frequency %d out of range 1..100000", c.Frequency)
+	}
+	if c.GoWaitFrequency < 0 || c.GoWaitFrequency > 1000 {
+		return fmt.Errorf("go_wait_frequency %d out of range 0..1000", c.GoWaitFrequency)
 	}
 	if c.OffCPUThreshold <= 0 || c.OffCPUThreshold > sampler.MaxOffCPUThreshold {
 		return fmt.Errorf("off-CPU threshold %v out of range 1ns..%v", c.OffCPUThreshold, sampler.MaxOffCPUThreshold)

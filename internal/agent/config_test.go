@@ -53,6 +53,8 @@ export:
 symbolization:
   mode: local
   debuginfod_urls: [https://debuginfod.example.org]
+  debug_dirs: [/srv/debug]
+go_wait_frequency: 7
 metrics_listen: 0.0.0.0:9999
 host_name: node-1
 log_level: debug
@@ -66,6 +68,7 @@ func TestParseArgsFile(t *testing.T) {
 	}
 	want := Config{
 		Frequency:       49,
+		GoWaitFrequency: 7,
 		OffCPU:          true,
 		OffCPUThreshold: 5 * time.Millisecond,
 		Processes:       Processes{PIDs: []int{1, 2}, Executables: []string{"nginx", "java"}},
@@ -80,7 +83,7 @@ func TestParseArgsFile(t *testing.T) {
 			Retry:           Retry{InitialInterval: 2 * time.Second, MaxInterval: 20 * time.Second, MaxElapsed: time.Minute},
 			ShutdownTimeout: 9 * time.Second,
 		},
-		Symbolization: Symbolization{Mode: "local", DebuginfodURLs: []string{"https://debuginfod.example.org"}},
+		Symbolization: Symbolization{Mode: "local", DebuginfodURLs: []string{"https://debuginfod.example.org"}, DebugDirs: []string{"/srv/debug"}},
 		MetricsListen: "0.0.0.0:9999",
 		HostName:      "node-1",
 		LogLevel:      "debug",

@@ -54,6 +54,7 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	fs.Var(&pids, "pid", "profile this process (repeatable; default: all processes)")
 	fs.Var(&execs, "executable", "profile processes of this executable `NAME` (repeatable)")
 	freq := fs.Int("frequency", 0, "on-CPU samples per second per CPU (default 19)")
+	goWaitFreq := fs.Int("go-wait-frequency", 0, "with --off-cpu, samples per second of parked goroutines of Go processes (default 19; 0 off)")
 	offCPU := fs.Bool("off-cpu", false, "also record off-CPU time (sched_switch)")
 	offCPUThreshold := fs.Duration("off-cpu-threshold", 0, "off-CPU sampling threshold: waits of a thread are captured about once per threshold, weighted to stay unbiased (default 2ms)")
 	metrics := fs.String("metrics-listen", "", "serve /metrics and /healthz on `HOST:PORT` (default 127.0.0.1:9464; \"off\" disables)")
@@ -111,6 +112,9 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	}
 	if set["frequency"] {
 		cfg.Frequency = *freq
+	}
+	if set["go-wait-frequency"] {
+		cfg.GoWaitFrequency = *goWaitFreq
 	}
 	if set["off-cpu"] {
 		cfg.OffCPU = *offCPU
@@ -180,8 +184,9 @@ func applyEnv(cfg *Config, env LookupEnv) error {
 		}
 	}
 	ints := map[string]*int{
-		"SPANPROF_FREQUENCY":  &cfg.Frequency,
-		"SPANPROF_QUEUE_SIZE": &cfg.Export.QueueSize,
+		"SPANPROF_FREQUENCY":         &cfg.Frequency,
+		"SPANPROF_GO_WAIT_FREQUENCY": &cfg.GoWaitFrequency,
+		"SPANPROF_QUEUE_SIZE":        &cfg.Export.QueueSize,
 	}
 	for k, p := range ints {
 		if v, ok := env(k); ok {
