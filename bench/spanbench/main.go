@@ -30,6 +30,7 @@ type bench struct {
 	agents  []costRow
 	offcpu  []offcpuRun
 	micro   string
+	errs    []string
 	started time.Time
 }
 
@@ -96,23 +97,19 @@ func (b *bench) run(out string) error {
 	if b.phases["micro"] {
 		b.runMicro()
 	}
+	// A failed phase is reported and the others still run: on a shared
+	// machine one flaky measurement should not void the rest.
 	if b.phases["slowdown"] {
-		if err := b.runSlowdown(); err != nil {
-			return err
-		}
+		b.phaseErr("slowdown", b.runSlowdown())
 	}
 	if b.phases["offcpu"] {
 		b.runOffCPU()
 	}
 	if b.phases["growth"] {
-		if err := b.runGrowth(); err != nil {
-			return err
-		}
+		b.phaseErr("growth", b.runGrowth())
 	}
 	if b.phases["agent"] {
-		if err := b.runAgent(); err != nil {
-			return err
-		}
+		b.phaseErr("agent", b.runAgent())
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
@@ -123,7 +120,17 @@ func (b *bench) run(out string) error {
 	}
 	fmt.Print(b.summary())
 	fmt.Printf("\nfull results: %s (%.0f s)\n", out, time.Since(b.started).Seconds())
+	if len(b.errs) > 0 {
+		return fmt.Errorf("%d phases failed:\n%s", len(b.errs), strings.Join(b.errs, "\n"))
+	}
 	return nil
+}
+
+func (b *bench) phaseErr(phase string, err error) {
+	if err != nil {
+		b.logf("%s failed: %v", phase, err)
+		b.errs = append(b.errs, fmt.Sprintf("%s: %v", phase, err))
+	}
 }
 
 // runMicro runs the Go micro-benchmarks of the hot paths once.

@@ -204,6 +204,9 @@ func (b *bench) report() string {
 	var sb strings.Builder
 	sb.WriteString("# spanprof benchmark results\n\nProduced by `make bench` (`go run ./bench/spanbench " + strings.Join(os.Args[1:], " ") + "`).\n\n")
 	sb.WriteString("## Machine\n\n" + machine() + "- other engineers' builds and tests share the machine: timings are noisy; every comparison is interleaved and reported as the median of its rounds\n\n")
+	if len(b.errs) > 0 {
+		sb.WriteString("## Failed phases\n\n```\n" + strings.Join(b.errs, "\n") + "\n```\n\n")
+	}
 	sb.WriteString("## Quality bars\n\n" + b.ratios() + "\n")
 	if len(b.slow) > 0 {
 		fmt.Fprintf(&sb, "## Workloads under each profiler\n\n%d × chain-clang fixed mode (%d calls) at once, then pingpong for %d s; "+
