@@ -12,7 +12,7 @@ APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium
 # Peers measured side by side by `make bench`.
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
-.PHONY: all build generate check-generated deps bench-deps test vet demo bench clean
+.PHONY: all build generate check-generated deps bench-deps test vet demo bench soak clean
 
 all: build
 
@@ -80,7 +80,16 @@ demo: deps build
 	@echo "outputs: $(OUT)/demo.html (open in a browser), $(OUT)/demo.otlp.json, $(OUT)/demo.pb.gz (go tool pprof -top), $(OUT)/demo.folded"
 	@echo "serve them: ./$(BIN) serve $(OUT)/demo.otlp.json $(OUT)/demo.pb.gz"
 
+# Ten minutes of the agent under process churn, lying thread contexts and
+# off-CPU load: RSS, goroutines, threads and open files over time, failing
+# on growth (bench/soak.sh; DURATION=seconds to change it). Also runs the
+# reliability tests' long modes.
+soak: deps
+	bench/soak.sh
+	SPANPROF_RELIABILITY_LONG=1 $(GO) test -count=1 -timeout 20m -v -run 'TestReliability' ./test/reliability/
+
 clean:
 	rm -rf bin $(OUT)
 	$(MAKE) -C testdata/fixtures clean
+	$(MAKE) -C testdata/reliability clean
 	$(MAKE) -C testdata/tracectx clean

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# bench/soak.sh - run `spanprof agent` under mixed load and report its RSS,
+# goroutines, threads, open files and tracked processes over time: none of
+# them may grow once the agent warmed up.
+#
+#   sudo bench/soak.sh                  # DURATION=600 seconds (make soak)
+#   sudo DURATION=120 INTERVAL=10 bench/soak.sh
+#
+# Load, all at once: process churn (CHURN_RATE short-lived processes a
+# second, testdata/reliability/churn), a process whose thread context
+# alternates honest and lying records (testdata/reliability/liar), and the
+# agent's own off-CPU sampling of everything that sleeps. The agent exports
+# to ENDPOINT (default 127.0.0.1:1, where nothing listens: every export
+# fails, so the bounded retry queue is soaked too; point it at a collector
+# to soak delivery instead). Goroutines come from the agent's /metrics
+# (go_goroutines), the rest from /proc/PID.
+#
+# Verdict: the last third's mean against the second third's (the first is
+# warm-up: symbol caches fill); growth above GROWTH_PCT percent (default
+# 25) in RSS, goroutines or open files fails the run (exit 1).
+set -euo pipefail
+
+DURATION=${DURATION:-600}
+INTERVAL=${INTERVAL:-30}
+CHURN_RATE=${CHURN_RATE:-200}
+FREQUENCY=${FREQUENCY:-99}
+ENDPOINT=${ENDPOINT:-127.0.0.1:1}
+METRICS=${METRICS:-127.0.0.1:19464}
+GROWTH_PCT=${GROWTH_PCT:-25}
+cd "$(dirname "$0")/.."
+
+die() { echo "bench/soak.sh: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root to load eBPF programs"
+command -v curl >/dev/null || die "needs curl for the agent's /metrics"
+
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+"$GO" build -o "$tmp/spanprof" ./cmd/spanprof
+make -s -C testdata/reliability
+
+"$tmp/spanprof" agent --endpoint "$ENDPOINT" --insecure --frequency "$FREQUENCY" --off-cpu \
+	--report-interval 10s --metrics-listen "$METRICS" --log-level warn 2>"$tmp/agent.log" &
+agent=$!
+pids+=("$agent")
+for _ in $(seq 100); do
+	curl -sf "http://$METRICS/metrics" >/dev/null && break
+	kill -0 "$agent" 2>/dev/null || { cat "$tmp/agent.log"; die "agent exited"; }
+	sleep 0.2
+done
+
+build=testdata/reliability/build
+"$build/churn" "$PWD/$build/churn-child" "$CHURN_RATE" "$DURATION" 300 >/dev/null &
+pids+=($!)
+"$build/liar" "$DURATION" >/dev/null &
+pids+=($!)
+(while sleep 0.01; do :; done) &
+pids+=($!)
+
+metric() { { curl -sf -m 5 "http://$METRICS/metrics" || true; } | awk -v m="$1" '$1 == m { print $2; exit }'; }
+status() { awk -v f="$1:" '$1 == f { print $2; exit }' "/proc/$agent/status"; }
+
+printf '%8s %9s %10s %8s %6s %9s\n' seconds rss_mib goroutines threads fds processes | tee "$tmp/series"
+start=$(date +%s)
+while :; do
+	now=$(( $(date +%s) - start ))
+	kill -0 "$agent" 2>/dev/null || { cat "$tmp/agent.log"; die "agent died after ${now}s"; }
+	rss=$(( $(status VmRSS) / 1024 ))
+	gor=$(metric go_goroutines); gor=${gor:-0}
+	thr=$(status Threads)
+	fds=$(ls "/proc/$agent/fd" | wc -l)
+	procs=$(metric spanprof_processes_tracked); procs=${procs:-0}
+	printf '%8d %9d %10.0f %8d %6d %9.0f\n' "$now" "$rss" "$gor" "$thr" "$fds" "$procs" | tee -a "$tmp/series"
+	[ "$now" -ge "$DURATION" ] && break
+	sleep "$INTERVAL"
+done
+echo "peak RSS (VmHWM): $(( $(status VmHWM) / 1024 )) MiB"
+{ curl -sf -m 5 "http://$METRICS/metrics" || true; } | grep -E '^spanprof_.*(lost|drop)[a-z_]*(\{[^}]*\})? [1-9]' | sed 's/^/counted: /' || true
+
+# Second third against last third.
+awk -v g="$GROWTH_PCT" 'NR > 1 { n++; rss[n]=$2; gor[n]=$3; fds[n]=$5 }
+END {
+	if (n < 3) { print "verdict: too few samples (raise DURATION or lower INTERVAL)"; exit 0 }
+	a = int(n/3) + 1; b = int(2*n/3); c = b + 1
+	split("rss goroutines fds", names, " ")
+	fail = 0
+	for (k = 1; k <= 3; k++) {
+		mid = 0; last = 0; m = 0; l = 0
+		for (i = a; i <= b; i++) { v = (k==1 ? rss[i] : k==2 ? gor[i] : fds[i]); mid += v; m++ }
+		for (i = c; i <= n; i++) { v = (k==1 ? rss[i] : k==2 ? gor[i] : fds[i]); last += v; l++ }
+		mid /= m; last /= l
+		growth = mid > 0 ? 100 * (last - mid) / mid : 0
+		printf "%-10s middle third %8.1f  last third %8.1f  growth %+6.1f%%\n", names[k], mid, last, growth
+		if (growth > g && last - mid > (k==1 ? 16 : 8)) fail = 1
+	}
+	if (fail) { print "verdict: GROWTH"; exit 1 }
+	print "verdict: no growth"
+}' "$tmp/series"
