@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -137,9 +138,12 @@ func TestCorrelationNative(t *testing.T) {
 		t.Run(variant, func(t *testing.T) {
 			dir := t.TempDir()
 			truthPath := filepath.Join(dir, "truth")
-			fix := startProgram(t, filepath.Join(bin, variant), truthPath, "6", "4")
+			// The workload runs until told to stop, so a slow start of
+			// spanprof on a loaded machine cannot outlast it.
+			fix := startProgram(t, filepath.Join(bin, variant), truthPath, "120", "4")
 			out := filepath.Join(dir, "p.otlp.json")
 			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
+			fix.Process.Signal(syscall.SIGTERM) // it writes its ground truth and exits
 			if err := fix.Wait(); err != nil {
 				t.Fatalf("workload: %v", err)
 			}
@@ -184,9 +188,10 @@ func TestCorrelationGo(t *testing.T) {
 				t.Fatalf("build service: %v\n%s", err, out)
 			}
 			truthPath := filepath.Join(dir, "truth")
-			fix := startProgram(t, bin, "-duration", "6s", "-out", truthPath, "-gomaxprocs", "2")
+			fix := startProgram(t, bin, "-duration", "120s", "-out", truthPath, "-gomaxprocs", "2")
 			out := filepath.Join(dir, "p.otlp.json")
 			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
+			fix.Process.Signal(syscall.SIGTERM)
 			if err := fix.Wait(); err != nil {
 				t.Fatalf("service: %v", err)
 			}

@@ -52,7 +52,7 @@ func TestRecordCallChain(t *testing.T) {
 		t.Run(cc, func(t *testing.T) {
 			dir := t.TempDir()
 			marks := filepath.Join(dir, "marks")
-			fix := startFixture(t, "chain-"+cc, "4000", marks)
+			fix := startFixture(t, "chain-"+cc, "60000", marks)
 			out := filepath.Join(dir, "p.otlp.json")
 			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
 			samples := readOTLP(t, out)
@@ -180,7 +180,7 @@ func checkTimestamps(t *testing.T, samples []otlpSample, marksPath string) {
 func TestRecordSyscallWrapperCaller(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
-	fix := startFixture(t, "chain-gcc", "3000", filepath.Join(dir, "marks"), "syscall")
+	fix := startFixture(t, "chain-gcc", "60000", filepath.Join(dir, "marks"), "syscall")
 	out := filepath.Join(dir, "p.otlp.json")
 	spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "2s", "--output", out)
 	var inRead, withCaller int
@@ -208,7 +208,7 @@ func TestRecordSyscallWrapperCaller(t *testing.T) {
 func TestRecordGoFunctionNames(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
-	fix := startFixture(t, "gofix", "3000")
+	fix := startFixture(t, "gofix", "60000")
 	out := filepath.Join(dir, "p.otlp.json")
 	spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "2s", "--output", out)
 	var n, named int
@@ -230,7 +230,7 @@ func TestRecordGoFunctionNames(t *testing.T) {
 func TestRecordPprofOpensWithGoTool(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
-	fix := startFixture(t, "chain-clang", "3000", filepath.Join(dir, "marks"))
+	fix := startFixture(t, "chain-clang", "60000", filepath.Join(dir, "marks"))
 	out := filepath.Join(dir, "p.pb.gz")
 	spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--duration", "1s", "--frequency", "499", "--output", out)
 	top, err := exec.Command("go", "tool", "pprof", "-top", out).CombinedOutput()
