@@ -148,7 +148,9 @@ static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_s
 		return 0;
 	if (bpf_probe_read_user(&hdr, sizeof(hdr), (void *)ptr))
 		goto fault;
-	if (hdr.valid != 1 || is_zero_trace(hdr.trace_id)) {
+	/* A record claiming more attributes than OTEP 4947 allows is not one
+	 * a conforming writer made: do not trust its ids either. */
+	if (hdr.valid != 1 || hdr.attrs_data_size > OTEL_CTX_MAX_ATTRS || is_zero_trace(hdr.trace_id)) {
 		count(CNT_CTX_INVALID);
 		return 0;
 	}
@@ -349,7 +351,9 @@ static __always_inline int proc_event(__u32 pid, __u32 kind)
 	e->ktime_ns = bpf_ktime_get_ns();
 	e->pid = pid;
 	e->kind = kind;
-	bpf_ringbuf_submit(e, wakeup_flags());
+	/* Wake the reader at once: a short-lived process must be read from
+	 * /proc before it is gone. */
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }
 

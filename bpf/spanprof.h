@@ -83,6 +83,9 @@ struct proc_config {
 	__u32 pad2;
 };
 
+/* OTEP 4947: the whole record is at most 640 bytes, 28 of them header. */
+#define OTEL_CTX_MAX_ATTRS (640 - 28)
+
 /* OTEP 4947 thread-context record header (packed, 2-byte aligned). */
 struct otel_thread_ctx_hdr {
 	__u8 trace_id[16];

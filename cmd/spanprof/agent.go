@@ -16,6 +16,7 @@ import (
 	"github.com/spanprof/spanprof/internal/agent"
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/gowait"
+	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
 
@@ -38,9 +39,12 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	if len(cfg.Processes.Executables) > 0 {
 		sampledPIDs = nil // executables are matched in user space
 	}
+	tracker := proc.NewTracker("/proc", log)
+	defer tracker.Close()
 	s, err := sampler.New(sampler.Options{
 		Frequency: cfg.Frequency,
 		PIDs:      sampledPIDs,
+		OnExec:    tracker.Exec, // read short-lived processes at once
 		OffCPU:    sampler.OffCPUOptions{Enabled: cfg.OffCPU, Threshold: cfg.OffCPUThreshold},
 		Logger:    log,
 	})
@@ -53,7 +57,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	watch := correlate.New(s, correlate.GoLabels(), log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opts := agent.Options{Logger: log, Registry: reg, Correlator: watch}
+	opts := agent.Options{Logger: log, Registry: reg, Correlator: watch, Tracker: tracker}
 	if cfg.OffCPU && cfg.GoWaitFrequency > 0 {
 		// Goroutine waits park no thread: sample them from outside.
 		gw := gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log})

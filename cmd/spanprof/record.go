@@ -16,6 +16,7 @@ import (
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/gowait"
+	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
@@ -148,9 +149,14 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	tracker := proc.NewTracker("/proc", log)
+	defer tracker.Close()
 	s, err := sampler.New(sampler.Options{
 		Frequency: f.frequency, PIDs: f.pids, Logger: log,
 		OffCPU: sampler.OffCPUOptions{Enabled: f.offCPU, Threshold: f.offCPUThreshold},
+		// Read an exec'd image at once from the reader: a short-lived
+		// process is gone by the time its samples are handled.
+		OnExec: tracker.Exec,
 	})
 	if err != nil {
 		return err
@@ -161,7 +167,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	c := newCollector(f.frequency, log, watch, sym)
+	c := newCollector(f.frequency, log, tracker, watch, sym)
 	// Targets named on the command line are inspected before the first
 	// sample, so their first samples already carry span ids.
 	for _, pid := range f.pids {
@@ -225,17 +231,27 @@ loop:
 	}
 	end := time.Now()
 	s.Stop()
-	// Drain what the kernel wrote before the programs were detached.
-	drain := time.After(200 * time.Millisecond)
-drainLoop:
-	for {
+	// Take everything the kernel wrote before the programs were detached:
+	// the sampler closes both channels once the ring is empty. The timeout
+	// only guards against a reader that never ends.
+	drain := time.After(10 * time.Second)
+	for records != nil || procs != nil {
 		select {
-		case r := <-records:
+		case r, ok := <-records:
+			if !ok {
+				records = nil
+				continue
+			}
 			c.Add(r)
-		case e := <-procs:
+		case e, ok := <-procs:
+			if !ok {
+				procs = nil
+				continue
+			}
 			c.ProcEvent(e)
 		case <-drain:
-			break drainLoop
+			log.Warn("ring buffer not drained after 10s; writing what was read")
+			records, procs = nil, nil
 		}
 	}
 	counters, err := s.Counters()
@@ -261,8 +277,8 @@ drainLoop:
 	return nil
 }
 
-func newCollector(freq int, log *slog.Logger, watch *correlate.Watcher, sym *symbolization) *collect.Collector {
-	opts := collect.Options{Frequency: freq, Logger: log,
+func newCollector(freq int, log *slog.Logger, tracker *proc.Tracker, watch *correlate.Watcher, sym *symbolization) *collect.Collector {
+	opts := collect.Options{Frequency: freq, Logger: log, Tracker: tracker,
 		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
 	opts.Resource = func(pid uint32) (string, map[string]string) {
 		info, _ := watch.Info(pid)

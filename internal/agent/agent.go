@@ -247,7 +247,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.stopping.Store(true)
 	a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
 	a.src.Stop()
-	a.drain(records, procs, 200*time.Millisecond)
+	// The sampler closes both channels once Stop's flush emptied the ring;
+	// the timeout only guards against a reader that never ends.
+	a.drain(records, procs, 10*time.Second)
 	a.report()
 
 	flushCtx, cancel := context.WithTimeout(context.Background(), a.cfg.Export.ShutdownTimeout)

@@ -44,7 +44,15 @@ func newFakeSource() *fakeSource {
 func (f *fakeSource) Records() <-chan *sampler.Record      { return f.records }
 func (f *fakeSource) ProcEvents() <-chan sampler.ProcEvent { return f.procs }
 func (f *fakeSource) Counters() (map[string]uint64, error) { return f.counters, nil }
-func (f *fakeSource) Stop()                                { f.stopped.Store(true) }
+
+// Stop closes the channels once, as the real sampler does when the ring is
+// drained after its programs were detached.
+func (f *fakeSource) Stop() {
+	if f.stopped.CompareAndSwap(false, true) {
+		close(f.records)
+		close(f.procs)
+	}
+}
 
 // noKernel leaves kernel addresses unsymbolized without reading kallsyms.
 type noKernel struct{}

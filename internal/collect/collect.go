@@ -109,9 +109,9 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 		c.opts.Tracker.Exit(e.PID)
 		return
 	}
-	c.opts.Tracker.Exec(e.PID)
-	// Read the new image's mappings now, while the process surely lives.
-	c.opts.Tracker.Get(e.PID)
+	// Read the new image's mappings now, while the process may still live
+	// (a no-op when the sampler's OnExec already did).
+	c.opts.Tracker.Exec(e.PID, e.Time)
 }
 
 // Add records one sample. The process is read at first sight so that its

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // fakeProc writes a /proc/PID directory whose maps name real files under
@@ -83,11 +84,15 @@ func TestReliabilityChurnSharesFiles(t *testing.T) {
 	}
 }
 
-// TestReliabilityExecReleasesFiles: an exec drops the old image's handles.
+// TestReliabilityExecReleasesFiles: an exec drops the old image's handles
+// and reads the new image at once; a second report of the same exec
+// changes nothing.
 func TestReliabilityExecReleasesFiles(t *testing.T) {
 	tmp := t.TempDir()
 	exe := filepath.Join(tmp, "exe")
 	os.WriteFile(exe, []byte("x"), 0o755)
+	exe2 := filepath.Join(tmp, "exe2")
+	os.WriteFile(exe2, []byte("y"), 0o755)
 	root := filepath.Join(tmp, "proc")
 	fakeProc(t, root, 7, exe)
 	fakeProc(t, root, 8, exe)
@@ -95,13 +100,23 @@ func TestReliabilityExecReleasesFiles(t *testing.T) {
 	defer tr.Close()
 	tr.Get(7)
 	tr.Get(8)
-	tr.Exec(7)
-	if got := tr.OpenFiles(); got != 1 {
-		t.Fatalf("%d handles, want 1 (pid 8 still maps the file)", got)
+	at := time.Now()
+	fakeProc(t, root, 7, exe2) // pid 7 execs exe2
+	tr.Exec(7, at)
+	if got := tr.OpenFiles(); got != 2 {
+		t.Fatalf("%d handles, want 2 (pid 8 maps exe, pid 7 exe2)", got)
 	}
-	tr.Exec(8)
-	if got := tr.OpenFiles(); got != 0 {
-		t.Fatalf("%d handles after both execs, want 0", got)
+	if p := tr.Get(7); p.Exited || len(p.Mappings) != 1 || p.Mappings[0].Path != exe2 {
+		t.Fatalf("pid 7 after exec: %+v, want exe2 read", p)
+	}
+	tr.Exec(7, at) // the same exec reported again: already read after it
+	if got := tr.OpenFiles(); got != 2 {
+		t.Fatalf("%d handles after a repeated exec report, want 2", got)
+	}
+	fakeProc(t, root, 8, exe2)
+	tr.Exec(8, time.Now())
+	if got := tr.OpenFiles(); got != 1 {
+		t.Fatalf("%d handles after both execs, want 1 (exe2 shared)", got)
 	}
 }
 

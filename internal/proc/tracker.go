@@ -10,10 +10,14 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Process is what the tracker knows of one process.
 type Process struct {
+	// readAt is when procfs was read, to tell a stale exec report.
+	readAt time.Time
+
 	PID      uint32
 	Exe      string // path of the executable as the process sees it
 	Comm     string
@@ -97,18 +101,31 @@ func (t *Tracker) Get(pid uint32) *Process {
 		// Remember the failure so a vanished process costs one read.
 		p = &Process{PID: pid, Exited: true}
 	}
+	p.readAt = time.Now()
 	t.procs[pid] = p
 	return p
 }
 
-// Exec forgets what was known of pid, since its image changed.
-func (t *Tracker) Exec(pid uint32) {
+// Exec re-reads pid, whose image changed at time at, right away: a
+// short-lived process must be read before it is gone. A process already
+// read after at is kept, so a second report of one exec costs nothing.
+func (t *Tracker) Exec(pid uint32, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.procs[pid]; ok {
+		if !p.readAt.IsZero() && !p.readAt.Before(at) {
+			return
+		}
 		t.release(p)
 		delete(t.procs, pid)
 	}
+	p, err := t.read(pid)
+	if err != nil {
+		t.log.Debug("read process after exec", "pid", pid, "error", err)
+		p = &Process{PID: pid, Exited: true}
+	}
+	p.readAt = time.Now()
+	t.procs[pid] = p
 }
 
 // Exit marks pid as exited; its mappings stay for symbolization until

@@ -45,6 +45,10 @@ type Options struct {
 	OffCPU OffCPUOptions
 	Logger *slog.Logger
 	Clock  *clock.Converter
+	// OnExec, if set, is called from the reader as soon as an exec is
+	// read, before the records after it are queued: a short-lived process
+	// must be read from /proc before it is gone. at is the exec time.
+	OnExec func(pid uint32, at time.Time)
 }
 
 // Sampler owns the loaded programs and the ring-buffer reader.
@@ -56,6 +60,9 @@ type Sampler struct {
 	perf   []int
 	reader *ringbuf.Reader
 	freq   int
+	onExec func(pid uint32, at time.Time)
+	// stopped is set by Stop: the next flush ends Run.
+	stopped atomic.Bool
 	offCPU bool
 
 	records chan *Record
@@ -127,10 +134,19 @@ func New(opts Options) (*Sampler, error) {
 	s := &Sampler{
 		log:     opts.Logger,
 		clock:   opts.Clock,
+		onExec:  opts.OnExec,
 		records: make(chan *Record, opts.Queue),
 		procs:   make(chan ProcEvent, 4096),
 	}
-	if err := spec.LoadAndAssign(&s.objs, collOpts); err != nil {
+	err = spec.LoadAndAssign(&s.objs, collOpts)
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		// Something else is pinned at our path: run unpinned rather than
+		// not at all, and say what to remove.
+		opts.Logger.Warn("an incompatible map is pinned at "+PinDir+"/task_trace_context; running without the shared task-storage map (remove the pin to share it)", "error", err)
+		spec.Maps[bpf.SamplerMapTaskTraceContext].Pinning = ebpf.PinNone
+		err = spec.LoadAndAssign(&s.objs, collOpts)
+	}
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load eBPF programs: verifier rejected them: %+v", ve)
@@ -264,7 +280,13 @@ func (s *Sampler) Run() {
 				return
 			}
 			if errors.Is(err, ringbuf.ErrFlushed) {
-				continue // Stop woke us to read the rest
+				if s.stopped.Load() {
+					// Stop detached the programs and flushed: everything
+					// they wrote has been read. Closing the channels tells
+					// the consumer it has it all.
+					return
+				}
+				continue
 			}
 			s.log.Warn("read ring buffer", "error", err)
 			continue
@@ -275,6 +297,9 @@ func (s *Sampler) Run() {
 			continue
 		}
 		if pe != nil {
+			if !pe.Exit && s.onExec != nil {
+				s.onExec(pe.PID, pe.Time)
+			}
 			select {
 			case s.procs <- *pe:
 			default:
@@ -293,6 +318,7 @@ func (s *Sampler) Run() {
 // Stop detaches the programs so no new samples arrive, and wakes Run once
 // the ring buffer is drained.
 func (s *Sampler) Stop() {
+	s.stopped.Store(true)
 	for _, fd := range s.perf {
 		_ = unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 	}
