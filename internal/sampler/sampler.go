@@ -63,7 +63,7 @@ type Sampler struct {
 	onExec func(pid uint32, at time.Time)
 	// stopped is set by Stop: the next flush ends Run.
 	stopped atomic.Bool
-	offCPU bool
+	offCPU  bool
 
 	records chan *Record
 	procs   chan ProcEvent
