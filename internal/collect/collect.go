@@ -98,7 +98,7 @@ func New(opts Options) *Collector {
 		opts.Symbolizer = symbolize.New(opts.Logger, symbolize.Options{})
 	}
 	if opts.Leaf == nil && !opts.NoLeafRecovery {
-		opts.Leaf = &CFILeafFixer{Symbolizer: opts.Symbolizer, Tables: unwind.NewCache(opts.Logger, 0)}
+		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger, 0)}
 	}
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
 }

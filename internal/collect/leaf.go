@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"debug/elf"
 	"sync"
 
 	"github.com/spanprof/spanprof/internal/proc"
@@ -13,12 +14,16 @@ import (
 // (.eh_frame, .debug_frame, Go pcsp): when the rule at the sampled ip is
 // RSP-based, rbp does not hold the function's frame and the return address
 // sits at CFA-8 in the stack bytes the kernel copied.
+//
+// It runs for every sample, so it reads only what it needs of a binary:
+// the program headers (to translate addresses), the build ID (to share
+// tables between processes) and the unwind table. Symbol tables and DWARF
+// wait for the profile to be built.
 type CFILeafFixer struct {
-	Symbolizer *symbolize.Symbolizer
-	Tables     *unwind.Cache
+	Tables *unwind.Cache
 
-	// byMapping remembers the object and table of each mapping, so a
-	// sample costs a map lookup instead of a stat and two cache walks.
+	// byMapping remembers the table of each mapping, so a sample costs a
+	// map lookup instead of a file open.
 	mu        sync.Mutex
 	byMapping map[leafKey]leafEntry
 }
@@ -29,7 +34,7 @@ type leafKey struct {
 }
 
 type leafEntry struct {
-	obj   *symbolize.Object
+	progs []*elf.Prog
 	table *unwind.Table
 }
 
@@ -43,7 +48,7 @@ func (f *CFILeafFixer) RecoverCaller(openPath string, m *proc.Mapping, ip, sp ui
 		return 0, false
 	}
 	pm := profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}
-	vaddr, ok := e.obj.VirtualAddress(&pm, ip)
+	vaddr, ok := symbolize.VirtualAddress(e.progs, &pm, ip)
 	if !ok {
 		return 0, false
 	}
@@ -63,12 +68,7 @@ func (f *CFILeafFixer) entry(openPath string, m *proc.Mapping) (leafEntry, bool)
 		return e, e.table != nil
 	}
 	// A failure is remembered too (nil table): one attempt per mapping.
-	if obj, err := f.Symbolizer.Open(openPath, m.Path); err == nil {
-		e.obj = obj
-		if t, err := f.Tables.Table(obj.Identity().Key(), openPath); err == nil {
-			e.table = t
-		}
-	}
+	e = f.load(openPath)
 	f.mu.Lock()
 	if f.byMapping == nil || len(f.byMapping) >= maxLeafEntries {
 		f.byMapping = map[leafKey]leafEntry{}
@@ -76,4 +76,29 @@ func (f *CFILeafFixer) entry(openPath string, m *proc.Mapping) (leafEntry, bool)
 	f.byMapping[k] = e
 	f.mu.Unlock()
 	return e, e.table != nil
+}
+
+func (f *CFILeafFixer) load(openPath string) leafEntry {
+	ef, err := elf.Open(openPath)
+	if err != nil {
+		return leafEntry{}
+	}
+	progs := ef.Progs
+	key := ""
+	if id := symbolize.BuildID(ef); id != "" {
+		key = "gnu:" + id
+	}
+	ef.Close()
+	if key == "" {
+		id, err := symbolize.Identify(openPath)
+		if err != nil {
+			return leafEntry{}
+		}
+		key = id.Key()
+	}
+	t, err := f.Tables.Table(key, openPath)
+	if err != nil {
+		return leafEntry{}
+	}
+	return leafEntry{progs: progs, table: t}
 }
