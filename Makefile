@@ -16,8 +16,10 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
 all: build
 
+# Without cgo every thread is Go's, so the agent can drop capabilities on
+# all of them after start-up.
 build:
-	$(GO) build -o $(BIN) ./cmd/spanprof
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/spanprof
 
 deps:
 	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null; then \

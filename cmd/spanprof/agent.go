@@ -92,6 +92,13 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	go s.Run()
+	// Everything that needs more than reading other processes and
+	// attaching uprobes is done: keep only that.
+	if kept, err := dropCapabilities(runtimeCapabilities()); err != nil {
+		log.Warn("keeping start-up capabilities", "error", err)
+	} else {
+		log.Info("dropped capabilities not needed after start-up", "kept", fmt.Sprint(kept))
+	}
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
 		return 1

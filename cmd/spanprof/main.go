@@ -35,6 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer startCPUProfile(stderr)() // SPANPROF_CPUPROFILE=FILE profiles spanprof itself
 	switch args[0] {
 	case "record":
 		return runRecord(ctx, args[1:], stdout, stderr)
