@@ -206,10 +206,16 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 loop:
 	for {
 		select {
-		case r := <-records:
+		case r, ok := <-records:
+			if !ok {
+				break loop // the reader ended; what it read is kept
+			}
 			watch.Seen(r.PID, 2*time.Second)
 			c.Add(r)
-		case e := <-procs:
+		case e, ok := <-procs:
+			if !ok {
+				break loop
+			}
 			if e.Exit {
 				watch.Exit(e.PID)
 			} else {

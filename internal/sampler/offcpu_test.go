@@ -84,15 +84,19 @@ func TestOffCPUPipeWait(t *testing.T) {
 	}
 }
 
-// drain returns the records left after Stop: Run keeps reading until the
-// reader is closed, so this ends once no record came for a second.
+// drain returns the records left after Stop: Run closes the channel once
+// the ring is empty.
 func drain(s *Sampler) []*Record {
 	var out []*Record
+	timeout := time.After(10 * time.Second)
 	for {
 		select {
-		case r := <-s.Records():
+		case r, ok := <-s.Records():
+			if !ok {
+				return out
+			}
 			out = append(out, r)
-		case <-time.After(time.Second):
+		case <-timeout:
 			return out
 		}
 	}

@@ -188,10 +188,11 @@ func TestCorrelationGo(t *testing.T) {
 				t.Fatalf("build service: %v\n%s", err, out)
 			}
 			truthPath := filepath.Join(dir, "truth")
-			fix := startProgram(t, bin, "-duration", "120s", "-out", truthPath, "-gomaxprocs", "2")
+			// Long enough to outlast a slow profiler start; the service
+			// writes its ground truth when its time is up.
+			fix := startProgram(t, bin, "-duration", "12s", "-out", truthPath, "-gomaxprocs", "2")
 			out := filepath.Join(dir, "p.otlp.json")
 			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
-			fix.Process.Signal(syscall.SIGTERM)
 			if err := fix.Wait(); err != nil {
 				t.Fatalf("service: %v", err)
 			}

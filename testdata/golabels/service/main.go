@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -178,17 +177,10 @@ func main() {
 		}(i)
 	}
 	fmt.Println("ready", os.Getpid())
-	// SIGTERM ends the run early and still writes the ground truth, so a
-	// test can stop the service once the profiler is done.
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM, os.Interrupt)
-	var timeout <-chan time.Time
 	if *duration > 0 {
-		timeout = time.After(*duration)
-	}
-	select {
-	case <-timeout:
-	case <-term:
+		time.Sleep(*duration)
+	} else {
+		select {}
 	}
 	close(stop)
 	wg.Wait()
