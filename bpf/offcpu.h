@@ -101,28 +101,9 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 		return;
 	s = &p->s;
 	p->cycle_ns = cycle;
-	s->ktime_ns = bpf_ktime_get_ns();
-	s->value = 0;
-	s->pid = pid_tgid >> 32;
-	s->tid = tid;
-	s->cpu = bpf_get_smp_processor_id();
-	s->kind = SAMPLE_OFF_CPU;
-	s->ctx_source = CTX_NONE;
-	s->state = state;
-	s->pad0 = 0;
-	s->pad1 = 0;
-	s->user_ip = 0;
-	s->user_sp = 0;
-	s->user_bp = 0;
-	s->stack_top_len = 0;
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
-	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
-	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
-
 	/* The thread is still current: its registers, stack and TLS are the
-	 * ones it will resume with. */
-	fill_user(s, task);
-	read_trace_context(s, task, pid_tgid);
+	 * ones it will resume with. The value is set at switch-in. */
+	fill_sample(s, task, pid_tgid, SAMPLE_OFF_CPU, state, 0);
 	p->size = fill_stacks(ctx, s, 1);
 	if (bpf_map_update_elem(&offcpu_pending, &tid, p, BPF_ANY)) {
 		count(CNT_OFFCPU_PENDING_FULL);

@@ -216,6 +216,33 @@ static __always_inline void fill_user(struct stack_sample *s, struct task_struct
 		count(CNT_STACK_TOP_ERR);
 }
 
+/* fill_sample writes everything of a sample but its stacks, for the
+ * current task: who, when, the user registers and stack top, and the
+ * trace context it runs in. */
+static __always_inline void fill_sample(struct stack_sample *s, struct task_struct *task, __u64 pid_tgid,
+					__u8 kind, __u8 state, __u64 value)
+{
+	s->ktime_ns = bpf_ktime_get_ns();
+	s->value = value;
+	s->pid = pid_tgid >> 32;
+	s->tid = (__u32)pid_tgid;
+	s->cpu = bpf_get_smp_processor_id();
+	s->kind = kind;
+	s->ctx_source = CTX_NONE;
+	s->state = state;
+	s->pad0 = 0;
+	s->pad1 = 0;
+	s->user_ip = 0;
+	s->user_sp = 0;
+	s->user_bp = 0;
+	s->stack_top_len = 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
+	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
+	fill_user(s, task);
+	read_trace_context(s, task, pid_tgid);
+}
+
 /* Room to build a sample: too large for the BPF stack. The ring gets only
  * the used part of it. */
 struct {
@@ -272,26 +299,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	task = bpf_get_current_task_btf();
 
-	s->ktime_ns = bpf_ktime_get_ns();
-	s->value = 1;
-	s->pid = tgid;
-	s->tid = (__u32)pid_tgid;
-	s->cpu = bpf_get_smp_processor_id();
-	s->kind = SAMPLE_ON_CPU;
-	s->ctx_source = CTX_NONE;
-	s->state = 0;
-	s->pad0 = 0;
-	s->pad1 = 0;
-	s->user_ip = 0;
-	s->user_sp = 0;
-	s->user_bp = 0;
-	s->stack_top_len = 0;
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
-	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
-	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
-
-	fill_user(s, task);
-	read_trace_context(s, task, pid_tgid);
+	fill_sample(s, task, pid_tgid, SAMPLE_ON_CPU, 0, 1);
 
 	/* The verifier allows only whole-word loads of the context. */
 	cs = *(volatile __u64 *)&ctx->regs.cs;
