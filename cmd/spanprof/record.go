@@ -240,25 +240,8 @@ loop:
 	// Take everything the kernel wrote before the programs were detached:
 	// the sampler closes both channels once the ring is empty. The timeout
 	// only guards against a reader that never ends.
-	drain := time.After(10 * time.Second)
-	for records != nil || procs != nil {
-		select {
-		case r, ok := <-records:
-			if !ok {
-				records = nil
-				continue
-			}
-			c.Add(r)
-		case e, ok := <-procs:
-			if !ok {
-				procs = nil
-				continue
-			}
-			c.ProcEvent(e)
-		case <-drain:
-			log.Warn("ring buffer not drained after 10s; writing what was read")
-			records, procs = nil, nil
-		}
+	if !sampler.Drain(records, procs, 10*time.Second, c.Add, c.ProcEvent) {
+		log.Warn("ring buffer not drained after 10s; writing what was read")
 	}
 	counters, err := s.Counters()
 	if err != nil {

@@ -249,7 +249,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.src.Stop()
 	// The sampler closes both channels once Stop's flush emptied the ring;
 	// the timeout only guards against a reader that never ends.
-	a.drain(records, procs, 10*time.Second)
+	if !sampler.Drain(records, procs, 10*time.Second, a.add, a.procEvent) {
+		a.log.Warn("sampler not drained after 10s; reporting what was read")
+	}
 	a.report()
 
 	flushCtx, cancel := context.WithTimeout(context.Background(), a.cfg.Export.ShutdownTimeout)
@@ -267,29 +269,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("flush at shutdown: %w", err)
 	}
 	return nil
-}
-
-// drain takes what the source still delivers for up to d.
-func (a *Agent) drain(records <-chan *sampler.Record, procs <-chan sampler.ProcEvent, d time.Duration) {
-	deadline := time.After(d)
-	for records != nil || procs != nil {
-		select {
-		case r, ok := <-records:
-			if !ok {
-				records = nil
-				continue
-			}
-			a.add(r)
-		case e, ok := <-procs:
-			if !ok {
-				procs = nil
-				continue
-			}
-			a.procEvent(e)
-		case <-deadline:
-			return
-		}
-	}
 }
 
 func (a *Agent) add(r *sampler.Record) {
