@@ -55,6 +55,7 @@ func TestRecoverLiveLeaf(t *testing.T) {
 
 	callers := map[string]string{"leaf": "d", "leaf_nofp": "d", "leaf_stack": "d", "d": "c", "c": "b", "b": "a", "a": "main"}
 	recovered := map[string]int{}
+	var inText, outside int
 	// Stop until enough leaf samples, however slow the loader is to reach
 	// main on a busy machine.
 	deadline := time.Now().Add(20 * time.Second)
@@ -75,8 +76,10 @@ func TestRecoverLiveLeaf(t *testing.T) {
 		}
 		m := textMapping(t, pid, regs.Rip)
 		if m == nil {
+			outside++
 			continue // in libc or the loader
 		}
+		inText++
 		vaddr, ok := syms.VirtualAddress(m, regs.Rip)
 		if !ok {
 			t.Fatalf("rip %#x not in a segment", regs.Rip)
@@ -104,7 +107,12 @@ func TestRecoverLiveLeaf(t *testing.T) {
 		}
 		recovered[fn.Function]++
 	}
-	t.Logf("callers recovered by function: %v", recovered)
+	t.Logf("callers recovered by function: %v; stops in the fixture's code %d, elsewhere %d", recovered, inText, outside)
+	if inText == 0 {
+		// Seen once on a loaded machine: every stop landed outside the
+		// fixture's text for 20 s. Nothing about recovery can be judged.
+		t.Skipf("no stop landed in the fixture's own code (%d elsewhere)", outside)
+	}
 	if recovered["leaf"] == 0 {
 		t.Error("no sample in gcc's frameless leaf had its caller recovered")
 	}
