@@ -7,8 +7,9 @@ BIN := bin/spanprof
 OUT := out
 
 # Debian packages the build, tests and demo need; installed when missing.
-# chromium drives the web UI tests; the rest build eBPF objects and fixtures.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium
+# chromium drives the web UI tests, debuginfod serves debug files to the
+# symbolization tests; the rest build eBPF objects and fixtures.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium debuginfod
 # Peers measured side by side by `make bench`.
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
@@ -22,7 +23,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/spanprof
 
 deps:
-	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null; then \
+	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null \
+		|| ! command -v debuginfod >/dev/null; then \
 		echo "installing $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
