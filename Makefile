@@ -13,6 +13,9 @@ APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium debuginfo
 # Peers measured side by side by `make bench`.
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
+RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
+	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind
+
 .PHONY: all build generate check-generated deps bench-deps test vet demo bench soak clean
 
 all: build
@@ -61,6 +64,9 @@ test: deps check-generated vet
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
+	# The packages with goroutines once more under the race detector
+	# (short mode: the long reliability runs are covered above).
+	$(GO) test -race -short -count=1 -p 1 -timeout 20m $(RACE_PKGS)
 	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The bundled demo: a multi-threaded C service running traced spans
