@@ -18,9 +18,27 @@ import (
 // never stops threads. The caller must not wait(2) for pid meanwhile: a
 // wait on the thread group leader would take the leader's ptrace stop.
 func ReadLabels(pid, tid int, info *GoRuntimeInfo) (map[string]string, error) {
-	// ptrace requests must come from the thread that attached.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	type result struct {
+		labels map[string]string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// ptrace requests must come from the thread that attached. The
+		// thread is never unlocked: when this goroutine ends it exits, and
+		// the kernel detaches whatever a failed detach left traced (a
+		// thread that died while traced would otherwise stay a zombie
+		// until we reaped it, and its process could not finish exiting).
+		runtime.LockOSThread()
+		labels, err := readLabelsStopped(pid, tid, info)
+		done <- result{labels, err}
+	}()
+	r := <-done
+	return r.labels, r.err
+}
+
+// readLabelsStopped does ReadLabels's work on a locked thread.
+func readLabelsStopped(pid, tid int, info *GoRuntimeInfo) (map[string]string, error) {
 	if err := unix.PtraceSeize(tid); err != nil {
 		return nil, fmt.Errorf("ptrace seize thread %d: %w", tid, err)
 	}
