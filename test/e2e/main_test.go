@@ -107,3 +107,66 @@ func spanprof(t *testing.T, args ...string) string {
 	}
 	return string(out)
 }
+
+// recordGated runs fix, a fixture that announces itself ("ready PID" or
+// "pid PID") and then waits for "go" on stdin before its timed work. It
+// starts `spanprof record --pid FIX ARGS...` and says "go" only once
+// spanprof is recording, so all of the fixture's work lies inside the
+// recording. It waits for both and returns spanprof's stderr.
+func recordGated(t *testing.T, fix *exec.Cmd, args ...string) string {
+	t.Helper()
+	stdin, err := fix.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixOut, err := fix.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix.Stderr = os.Stderr
+	if err := fix.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fix.Process.Kill(); fix.Wait() })
+	line, err := bufio.NewReader(fixOut).ReadString('\n')
+	if err != nil || !(strings.HasPrefix(line, "ready ") || strings.HasPrefix(line, "pid ")) {
+		t.Fatalf("fixture first line %q: %v", line, err)
+	}
+	go io.Copy(io.Discard, fixOut)
+
+	rec := exec.Command(binPath, append([]string{"record", "--pid", fmt.Sprint(fix.Process.Pid)}, args...)...)
+	stderr, err := rec.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rec.Process.Kill(); rec.Wait() })
+	var log strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), "spanprof: recording") {
+			break
+		}
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatalf("start the fixture's work: %v\n%s", err, log.String())
+	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+		}
+	}()
+	if err := fix.Wait(); err != nil {
+		t.Fatalf("fixture: %v", err)
+	}
+	<-logged // spanprof closed its stderr: the log is complete
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("spanprof record: %v\n%s", err, log.String())
+	}
+	return log.String()
+}

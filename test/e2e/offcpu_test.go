@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,56 +55,7 @@ func recordOffCPU(t *testing.T, dir string, args ...string) (out, truthPath stri
 	truthPath = filepath.Join(dir, "truth")
 	out = filepath.Join(dir, "offcpu.otlp.json")
 	fix := exec.Command(filepath.Join(repoRoot, "testdata", "offcpu", "build", "spans"), truthPath, "4", "3")
-	stdin, err := fix.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fixOut, err := fix.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fix.Stderr = os.Stderr
-	if err := fix.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fix.Process.Kill(); fix.Wait() })
-	if line, err := bufio.NewReader(fixOut).ReadString('\n'); err != nil || !strings.HasPrefix(line, "pid ") {
-		t.Fatalf("fixture first line %q: %v", line, err)
-	}
-	go io.Copy(io.Discard, fixOut)
-
-	rec := exec.Command(binPath, append([]string{"record", "--pid", fmt.Sprint(fix.Process.Pid), "--off-cpu",
-		"--duration", "120s", "--output", out}, args...)...)
-	stderr, err := rec.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rec.Process.Kill(); rec.Wait() })
-	var log strings.Builder
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		log.WriteString(sc.Text() + "\n")
-		if strings.HasPrefix(sc.Text(), "spanprof: recording") {
-			break
-		}
-	}
-	if _, err := stdin.Write([]byte("go\n")); err != nil {
-		t.Fatalf("start spans: %v\n%s", err, log.String())
-	}
-	go func() {
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-		}
-	}()
-	if err := fix.Wait(); err != nil {
-		t.Fatalf("fixture: %v", err)
-	}
-	if err := rec.Wait(); err != nil {
-		t.Fatalf("spanprof record: %v\n%s", err, log.String())
-	}
+	recordGated(t, fix, append([]string{"--off-cpu", "--duration", "120s", "--output", out}, args...)...)
 	return out, truthPath
 }
 
