@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 )
 
@@ -33,6 +34,32 @@ func startCPUProfile(stderr io.Writer) (stop func()) {
 		pprof.StopCPUProfile()
 		if err := f.Close(); err != nil {
 			fmt.Fprintf(stderr, "spanprof: SPANPROF_CPUPROFILE: %v\n", err)
+		}
+	}
+}
+
+// startHeapProfile writes a Go heap profile of spanprof itself to the file
+// named by SPANPROF_MEMPROFILE when the returned stop runs: live objects
+// (inuse_space) at that moment and everything allocated since start
+// (alloc_space), for the agent's memory bar (BENCHMARKS.md). A GC runs
+// first so that inuse reflects live data, not garbage. Failures only warn.
+func startHeapProfile(stderr io.Writer) (stop func()) {
+	path := os.Getenv("SPANPROF_MEMPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	return func() {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "spanprof: SPANPROF_MEMPROFILE: %v\n", err)
+			return
+		}
+		runtime.GC()
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			fmt.Fprintf(stderr, "spanprof: SPANPROF_MEMPROFILE: %v\n", err)
+		}
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "spanprof: SPANPROF_MEMPROFILE: %v\n", err)
 		}
 	}
 }
