@@ -82,6 +82,7 @@ type Agent struct {
 	corr      Correlator
 	goWait    interface{ Merge(*profile.Profile) }
 	perfMaps  *perfmap.Cache
+	sym       *symbolize.Symbolizer
 	exporters []*Exporter
 	hostName  string
 	now       func() time.Time
@@ -153,7 +154,7 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.perfMaps = sym.perfMaps
+	a.perfMaps, a.sym = sym.perfMaps, sym.symbolizer
 	collOpts := collect.Options{Frequency: cfg.Frequency, Tracker: opts.Tracker, Logger: log,
 		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
 	if opts.Kernel != nil {
@@ -323,6 +324,9 @@ func (a *Agent) wanted(pid uint32) bool {
 func (a *Agent) report() {
 	t0 := time.Now()
 	prof := a.collector.Build(a.now())
+	// The report is symbolized: DWARF section data loaded for it goes
+	// (the tables built from it stay).
+	a.sym.Trim()
 	if a.goWait != nil {
 		a.goWait.Merge(prof)
 	}

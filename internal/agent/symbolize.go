@@ -65,6 +65,8 @@ func (s *symbolization) register(reg prometheus.Registerer) {
 			func(st symbolize.Stats) uint64 { return st.Evicted }),
 		sym("spanprof_symbolize_debug_files_total", "Separate debug files used.",
 			func(st symbolize.Stats) uint64 { return st.DebugFiles }),
+		sym("spanprof_symbolize_dwarf_loads_total", "Loads of DWARF section data: one per binary with DWARF, plus one per report that met a compile unit not seen since the data was released.",
+			func(st symbolize.Stats) uint64 { return st.DWARFLoads }),
 		sym("spanprof_symbolize_debug_files_rejected_total", "Debug files refused (build ID or CRC mismatch, corrupt).",
 			func(st symbolize.Stats) uint64 { return st.RejectedBuildID + st.RejectedCRC + st.RejectedCorrupt }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spanprof_symbolize_cache_bytes",

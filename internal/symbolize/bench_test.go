@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,4 +196,65 @@ func BenchmarkCacheMemory(b *testing.B) {
 			b.ReportMetric(perObj*1000/(1<<20), "MiB/1000objects")
 		})
 	}
+}
+
+// libcDebugAddrs returns one address inside each of n functions of libc's
+// .dynsym, spread over the library: the frames a profile touching libc
+// would hold.
+func libcDebugAddrs(b *testing.B, n int) []uint64 {
+	syms := nmSymbolsDyn(b, libc)
+	addrs := make([]uint64, 0, len(syms))
+	for _, a := range syms {
+		if a != 0 {
+			addrs = append(addrs, a+4)
+		}
+	}
+	slices.Sort(addrs)
+	step := max(1, len(addrs)/n)
+	var out []uint64
+	for i := 0; i < len(addrs) && len(out) < n; i += step {
+		out = append(out, addrs[i])
+	}
+	return out
+}
+
+// BenchmarkLibcDebugFile opens libc with its separate debug file
+// (libc6-dbg, compressed DWARF) and symbolizes 200 addresses: the cost of
+// the first profile that holds libc frames, and the heap the object keeps
+// afterwards: after a Trim following these lookups and one following a
+// report without new compile units, as the agent calls it after every
+// report.
+func BenchmarkLibcDebugFile(b *testing.B) {
+	id, err := Identify(libc)
+	if err != nil {
+		b.Skip(err)
+	}
+	if _, err := os.Stat(buildIDPath("/usr/lib/debug", id.BuildID)); err != nil {
+		b.Skipf("no libc debug file (libc6-dbg): %v", err)
+	}
+	addrs := libcDebugAddrs(b, 200)
+	var kept float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := New(nil, Options{})
+		obj, err := s.Open(libc, libc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !obj.HasDWARF() {
+			b.Fatal("no DWARF from the debug file")
+		}
+		for _, a := range addrs {
+			obj.LookupInlined(a, nil)
+		}
+		s.Trim()
+		s.Trim()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		kept = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+		runtime.KeepAlive(obj)
+	}
+	b.ReportMetric(kept/(1<<20), "MiB-kept")
 }

@@ -134,7 +134,7 @@ func TestSeparateDebugFiles(t *testing.T) {
 				t.Errorf("DebugSource = %q, want %q", got, tt.wantSrc)
 			}
 			got := s.Stats()
-			got.Parsed = 0
+			got.Parsed, got.DWARFLoads = 0, 0
 			if got != tt.want {
 				t.Errorf("Stats = %+v, want %+v", got, tt.want)
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,8 +43,9 @@ type funcRange struct {
 	first, last int32
 }
 
-// debugInfo is what an object keeps of its DWARF: file and line of every
-// address and the inlined call chains. It is built once per build ID.
+// debugInfo is what an object keeps of one compile unit's DWARF: file and
+// line of every address and the inlined call chains (lazyDWARF builds it
+// when an address of the unit is first looked up).
 type debugInfo struct {
 	files []string
 	rows  []lineRow
@@ -73,21 +75,69 @@ func dwarfSize(ef *elf.File) uint64 {
 	return n
 }
 
-// loadDebugInfo builds the line and inline tables of ef, or returns nil
-// when it has no DWARF.
-func loadDebugInfo(ef *elf.File) (*debugInfo, error) {
-	if ef.Section(".debug_info") == nil || ef.Section(".debug_line") == nil {
-		return nil, nil
+// dwarfSections are the sections lookups read: entries, abbreviations,
+// strings, line programs and address ranges. Location lists, types,
+// frames and name indexes are not needed for file, line and inlined
+// names, so they are neither decompressed nor held.
+var dwarfSections = []string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
+
+// loadDWARF reads the sections of dwarfSections (decompressing them) and
+// returns the dwarf.Data over them and their total size. Relocatable
+// objects take debug/elf's loader, which applies relocations.
+func loadDWARF(ef *elf.File) (*dwarf.Data, int, error) {
+	if ef.Type == elf.ET_REL {
+		d, err := ef.DWARF()
+		return d, 0, err
 	}
-	if n := dwarfSize(ef); n > maxDWARFBytes {
-		return nil, fmt.Errorf("load DWARF: %d bytes over the %d bound", n, maxDWARFBytes)
+	dat := map[string][]byte{}
+	n := 0
+	for _, s := range ef.Sections {
+		name, ok := strings.CutPrefix(s.Name, ".debug_")
+		if !ok {
+			name, ok = strings.CutPrefix(s.Name, ".zdebug_")
+		}
+		if !ok || !slices.Contains(dwarfSections, name) || s.Type == elf.SHT_NOBITS {
+			continue
+		}
+		b, err := s.Data()
+		if err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w", s.Name, err)
+		}
+		dat[name] = b
+		n += len(b)
 	}
-	d, err := ef.DWARF()
+	d, err := dwarf.New(dat["abbrev"], nil, nil, dat["info"], dat["line"], nil, dat["ranges"], dat["str"])
 	if err != nil {
-		return nil, fmt.Errorf("load DWARF: %w", err)
+		return nil, 0, err
+	}
+	for _, name := range dwarfSections[5:] {
+		if b, ok := dat[name]; ok {
+			if err := d.AddSection(".debug_"+name, b); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	return d, n, nil
+}
+
+// unitTables builds the line and inline tables of the compile unit whose
+// entry is at off.
+func unitTables(d *dwarf.Data, off dwarf.Offset) (*debugInfo, error) {
+	r := d.Reader()
+	r.Seek(off)
+	cu, err := r.Next()
+	if err != nil {
+		return nil, fmt.Errorf("read DWARF: %w", err)
+	}
+	if cu == nil {
+		return nil, fmt.Errorf("read DWARF: no unit at %#x", off)
 	}
 	b := dwarfBuilder{d: d, di: &debugInfo{}, fileIdx: map[string]uint32{}, names: map[dwarf.Offset]string{}}
-	if err := b.walk(); err != nil {
+	files, err := b.lines(cu)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.unit(r, cu, files); err != nil {
 		return nil, err
 	}
 	return b.finish(), nil
@@ -114,32 +164,6 @@ func (b *dwarfBuilder) file(name string) uint32 {
 	b.di.files = append(b.di.files, name)
 	b.fileIdx[name] = i
 	return i
-}
-
-// walk reads every compile unit: its line program, then its subprograms
-// and the inlined subroutines nested in them.
-func (b *dwarfBuilder) walk() error {
-	r := b.d.Reader()
-	for {
-		cu, err := r.Next()
-		if err != nil {
-			return fmt.Errorf("read DWARF: %w", err)
-		}
-		if cu == nil {
-			return nil
-		}
-		if cu.Tag != dwarf.TagCompileUnit && cu.Tag != dwarf.TagPartialUnit {
-			r.SkipChildren()
-			continue
-		}
-		files, err := b.lines(cu)
-		if err != nil {
-			return err
-		}
-		if err := b.unit(r, cu, files); err != nil {
-			return err
-		}
-	}
 }
 
 // lines appends the unit's line rows and returns its file table mapped to

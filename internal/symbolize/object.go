@@ -19,7 +19,7 @@ type Object struct {
 	progs []*elf.Prog
 	syms  *symtab
 	gotab *goTable
-	dwarf *debugInfo // nil without DWARF
+	dwarf *lazyDWARF // nil without DWARF
 	// debugSource says where symbols beyond the file's own came from:
 	// "" (none needed or found), "local" or "debuginfod".
 	debugSource string

@@ -36,13 +36,18 @@ type Stats struct {
 	RejectedCRC     uint64
 	RejectedCorrupt uint64
 	// DWARFErrors counts debug files whose symbols were kept but whose
-	// DWARF line tables could not be read.
+	// DWARF line tables could not be read, and compile units or reloads
+	// that failed later.
 	DWARFErrors uint64
+	// DWARFLoads counts loads of DWARF section data: one per object with
+	// DWARF, plus one per lookup of an unseen compile unit after Trim
+	// released the data.
+	DWARFLoads uint64
 }
 
 type stats struct {
 	parsed, evicted, debugFiles, debuginfodFiles, debuginfodRequests atomic.Uint64
-	rejBuildID, rejCRC, rejCorrupt, dwarfErrors                      atomic.Uint64
+	rejBuildID, rejCRC, rejCorrupt, dwarfErrors, dwarfLoads          atomic.Uint64
 }
 
 // Stats returns the counts so far.
@@ -54,6 +59,7 @@ func (s *Symbolizer) Stats() Stats {
 		DebuginfodRequests: st.debuginfodRequests.Load(),
 		RejectedBuildID:    st.rejBuildID.Load(), RejectedCRC: st.rejCRC.Load(),
 		RejectedCorrupt: st.rejCorrupt.Load(), DWARFErrors: st.dwarfErrors.Load(),
+		DWARFLoads: st.dwarfLoads.Load(),
 	}
 }
 
@@ -72,16 +78,21 @@ func (s *Symbolizer) reject(err error) {
 // parse reads the tables of an opened ELF file. A file without .symtab
 // gets its separate debug file: from the debug directories and
 // .gnu_debuglink, else from the fetcher (which may only request it).
-func (s *Symbolizer) parse(ef *elf.File, id Identity, openPath, displayPath string) (*Object, error) {
+//
+// st is the version of the file at openPath, for reading its DWARF again.
+func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, openPath, displayPath string) (*Object, error) {
 	s.stats.parsed.Add(1)
 	o := &Object{id: id, path: displayPath, progs: ef.Progs}
 	files := []*elf.File{ef}
-	dwarfFile := ef
+	dwarfFile, dwarfPath, dwarfStat := ef, openPath, st
 	if ef.Section(".symtab") == nil || ef.Section(".debug_info") == nil {
-		if df, src := s.debugFile(ef, id, openPath, displayPath, &o.awaitingDebug); df != nil {
+		if df, path, src := s.debugFile(ef, id, openPath, displayPath, &o.awaitingDebug); df != nil {
 			defer df.Close()
 			files = append(files, df)
-			dwarfFile = df
+			// A failed stat leaves a version that never matches: the
+			// DWARF is read now but not again after a trim.
+			dst, _ := statFile(path)
+			dwarfFile, dwarfPath, dwarfStat = df, path, dst
 			o.debugSource = src
 		}
 	}
@@ -98,7 +109,7 @@ func (s *Symbolizer) parse(ef *elf.File, id Identity, openPath, displayPath stri
 	// Go binaries have file and line in the pclntab; their DWARF would
 	// only cost memory.
 	if o.gotab == nil && s.opts.Mode != ModeNone {
-		di, err := loadDebugInfo(dwarfFile)
+		di, err := newLazyDWARF(dwarfFile, dwarfPath, dwarfStat, &s.stats)
 		if err != nil {
 			s.stats.dwarfErrors.Add(1)
 			s.log.Warn("file and line numbers unavailable", "path", displayPath, "error", err)
@@ -111,7 +122,7 @@ func (s *Symbolizer) parse(ef *elf.File, id Identity, openPath, displayPath stri
 // debugFile finds a separate debug file. A binary that has .symtab but
 // no DWARF only takes one from the debug directories, for lines; fetching
 // over the network is kept for binaries without symbols.
-func (s *Symbolizer) debugFile(ef *elf.File, id Identity, openPath, displayPath string, awaiting *bool) (*elf.File, string) {
+func (s *Symbolizer) debugFile(ef *elf.File, id Identity, openPath, displayPath string, awaiting *bool) (df *elf.File, path, source string) {
 	for _, c := range debugCandidates(ef, id, openPath, displayPath, s.opts.DebugDirs) {
 		if c.path == openPath {
 			continue
@@ -120,7 +131,7 @@ func (s *Symbolizer) debugFile(ef *elf.File, id Identity, openPath, displayPath 
 		if err == nil {
 			s.stats.debugFiles.Add(1)
 			s.log.Debug("separate debug file", "path", displayPath, "debug", c.path)
-			return df, "local"
+			return df, c.path, "local"
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.reject(err)
@@ -128,23 +139,23 @@ func (s *Symbolizer) debugFile(ef *elf.File, id Identity, openPath, displayPath 
 		}
 	}
 	if s.opts.Fetcher == nil || id.BuildID == "" || ef.Section(".symtab") != nil {
-		return nil, ""
+		return nil, "", ""
 	}
 	if p, ok := s.opts.Fetcher.Cached(id.BuildID); ok {
 		df, err := openDebugFile(debugCandidate{path: p}, id)
 		if err == nil {
 			s.stats.debugFiles.Add(1)
 			s.stats.debuginfodFiles.Add(1)
-			return df, "debuginfod"
+			return df, p, "debuginfod"
 		}
 		s.reject(err)
 		s.log.Warn("reject debug file from debuginfod", "path", displayPath, "error", err)
-		return nil, ""
+		return nil, "", ""
 	}
 	s.stats.debuginfodRequests.Add(1)
 	s.opts.Fetcher.Request(id.BuildID)
 	*awaiting = true
-	return nil, ""
+	return nil, "", ""
 }
 
 // VerifyDebugFile checks that the file at path is a readable debug file

@@ -216,7 +216,7 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	}
 	s.mu.Unlock()
 
-	e.obj, e.err = s.parse(ef, id, openPath, displayPath)
+	e.obj, e.err = s.parse(ef, st, id, openPath, displayPath)
 	s.mu.Lock()
 	if e.obj != nil && !e.evicted {
 		e.size = e.obj.size()
@@ -246,6 +246,36 @@ func (s *Symbolizer) dropLocked(e *objectEntry) {
 	e.evicted = true
 	s.bytes -= e.size
 	s.stats.evicted.Add(1)
+}
+
+// Trim releases the DWARF section data that lookups loaded, keeping the
+// tables built from it, and accounts for what the objects hold now,
+// evicting the least recently used over MaxBytes. Call it after a batch
+// of lookups (the agent does after every report): the next batch loads
+// the data again only for compile units it has not seen.
+func (s *Symbolizer) Trim() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for el := s.objects.order.Front(); el != nil; el = el.Next() {
+		e := s.objects.vals[el.Value.(string)]
+		select {
+		case <-e.done:
+		default:
+			continue // still being parsed; accounted when done
+		}
+		if e.obj == nil || e.evicted {
+			continue
+		}
+		e.obj.dwarf.trim()
+		n := e.obj.size()
+		s.bytes += n - e.size
+		e.size = n
+	}
+	for s.bytes > s.opts.MaxBytes && s.objects.len() > 1 {
+		ev := s.objects.removeOldest()
+		s.dropLocked(ev.val)
+		s.log.Debug("evict symbol table over the byte bound", "key", ev.key)
+	}
 }
 
 // Bytes reports the estimated memory of the cached objects.
