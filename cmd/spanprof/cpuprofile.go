@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"runtime/pprof"
 )
 
@@ -40,9 +39,11 @@ func startCPUProfile(stderr io.Writer) (stop func()) {
 
 // startHeapProfile writes a Go heap profile of spanprof itself to the file
 // named by SPANPROF_MEMPROFILE when the returned stop runs: live objects
-// (inuse_space) at that moment and everything allocated since start
-// (alloc_space), for the agent's memory bar (BENCHMARKS.md). A GC runs
-// first so that inuse reflects live data, not garbage. Failures only warn.
+// (inuse_space) as of the last garbage collection, which ran while the
+// agent was still working (forcing one here would show the heap after
+// shutdown released it), and everything allocated since start
+// (alloc_space), for the agent's memory bar (BENCHMARKS.md). Failures
+// only warn.
 func startHeapProfile(stderr io.Writer) (stop func()) {
 	path := os.Getenv("SPANPROF_MEMPROFILE")
 	if path == "" {
@@ -54,7 +55,6 @@ func startHeapProfile(stderr io.Writer) (stop func()) {
 			fmt.Fprintf(stderr, "spanprof: SPANPROF_MEMPROFILE: %v\n", err)
 			return
 		}
-		runtime.GC()
 		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 			fmt.Fprintf(stderr, "spanprof: SPANPROF_MEMPROFILE: %v\n", err)
 		}
