@@ -120,25 +120,23 @@ func FindThreadContext(openPath string) (*TLSVar, error) {
 }
 
 func findThreadContext(f *elf.File, path string) (*TLSVar, error) {
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
-		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", ThreadContextSymbol, path, f.Class, f.Machine, ErrNotFound)
-	}
-	syms, err := f.DynamicSymbols()
+	ds, err := readDynsym(f)
 	if err != nil {
 		if errors.Is(err, elf.ErrNoSymbols) {
 			return nil, fmt.Errorf("find %s in %s: %w", ThreadContextSymbol, path, ErrNotFound)
 		}
 		return nil, fmt.Errorf("read .dynsym of %s: %w", path, err)
 	}
-	symIdx := -1
-	var sym elf.Symbol
-	for i, s := range syms {
-		if s.Name == ThreadContextSymbol && elf.ST_TYPE(s.Info) == elf.STT_TLS {
-			symIdx, sym = i+1, s // DynamicSymbols drops the null entry 0
-			break
-		}
+	return threadContextIn(f, ds, path)
+}
+
+// threadContextIn is findThreadContext on a .dynsym already read.
+func threadContextIn(f *elf.File, ds *dynsym, path string) (*TLSVar, error) {
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", ThreadContextSymbol, path, f.Class, f.Machine, ErrNotFound)
 	}
-	if symIdx < 0 {
+	symIdx, sym, ok := ds.lookup(ThreadContextSymbol, func(s elf.Symbol) bool { return elf.ST_TYPE(s.Info) == elf.STT_TLS })
+	if !ok {
 		return nil, fmt.Errorf("find %s in %s: %w", ThreadContextSymbol, path, ErrNotFound)
 	}
 	v := &TLSVar{
@@ -157,6 +155,7 @@ func findThreadContext(f *elf.File, path string) (*TLSVar, error) {
 			}
 		}
 	}
+	var err error
 	if v.Relocs, err = tlsRelocs(f, uint32(symIdx), v); err != nil {
 		return nil, fmt.Errorf("read relocations of %s: %w", path, err)
 	}
@@ -217,23 +216,28 @@ func FindHook(openPath string) (uint64, error) {
 }
 
 func findHook(f *elf.File, path string) (uint64, error) {
-	syms, err := f.DynamicSymbols()
+	ds, err := readDynsym(f)
 	if err != nil {
 		if errors.Is(err, elf.ErrNoSymbols) {
 			return 0, fmt.Errorf("find %s in %s: %w", HookSymbol, path, ErrNotFound)
 		}
 		return 0, fmt.Errorf("read .dynsym of %s: %w", path, err)
 	}
-	for _, s := range syms {
-		if s.Name != HookSymbol || elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF {
-			continue
-		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
-				return s.Value - p.Vaddr + p.Off, nil
-			}
-		}
-		return 0, fmt.Errorf("find %s in %s: address %#x outside executable segments", HookSymbol, path, s.Value)
+	return hookIn(f, ds, path)
+}
+
+// hookIn is findHook on a .dynsym already read.
+func hookIn(f *elf.File, ds *dynsym, path string) (uint64, error) {
+	_, s, ok := ds.lookup(HookSymbol, func(s elf.Symbol) bool {
+		return elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF
+	})
+	if !ok {
+		return 0, fmt.Errorf("find %s in %s: %w", HookSymbol, path, ErrNotFound)
 	}
-	return 0, fmt.Errorf("find %s in %s: %w", HookSymbol, path, ErrNotFound)
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
+			return s.Value - p.Vaddr + p.Off, nil
+		}
+	}
+	return 0, fmt.Errorf("find %s in %s: address %#x outside executable segments", HookSymbol, path, s.Value)
 }

@@ -116,12 +116,20 @@ func scanModules(pid int, mem io.ReaderAt, maps []mapping, info *ProcessInfo) {
 		seen[key] = true
 		mod := module{m: m, path: m.path, open: open, bias: bias,
 			main: exeErr == nil && m.inode == exeIno && m.dev == exeDev}
-		if off, err := findHook(f, m.path); err == nil {
+		ds, err := readDynsym(f)
+		if err != nil {
+			f.Close()
+			if !errors.Is(err, elf.ErrNoSymbols) {
+				info.Errors = append(info.Errors, fmt.Errorf("read .dynsym of %s: %w", m.path, err))
+			}
+			continue
+		}
+		if off, err := hookIn(f, ds, m.path); err == nil {
 			info.Hooks = append(info.Hooks, Hook{Path: m.path, OpenPath: rootPath(pid, m.path), Offset: off})
 		} else if !errors.Is(err, ErrNotFound) {
 			info.Errors = append(info.Errors, err)
 		}
-		mod.v, err = findThreadContext(f, m.path)
+		mod.v, err = threadContextIn(f, ds, m.path)
 		f.Close()
 		if err != nil {
 			if !errors.Is(err, ErrNotFound) {
