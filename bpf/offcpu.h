@@ -103,8 +103,10 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 	p->cycle_ns = cycle;
 	/* The thread is still current: its registers, stack and TLS are the
 	 * ones it will resume with. The value is set at switch-in. */
-	fill_sample(s, task, pid_tgid, SAMPLE_OFF_CPU, state, 0);
-	p->size = fill_stacks(ctx, s, 1);
+	struct user_ctx u = {};
+
+	fill_sample(s, task, pid_tgid, SAMPLE_OFF_CPU, state, 0, &u, 1);
+	p->size = fill_stacks(ctx, s, &u, 1);
 	if (bpf_map_update_elem(&offcpu_pending, &tid, p, BPF_ANY)) {
 		count(CNT_OFFCPU_PENDING_FULL);
 		return;

@@ -196,31 +196,92 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
 	}
 }
 
-/* fill_user copies what the user-space unwinder needs: the registers of the
- * interrupted user context and the first bytes of its stack. */
-static __always_inline void fill_user(struct stack_sample *s, struct task_struct *task)
+/* Bytes of the user stack read at once from the stack pointer. Every
+ * bpf_probe_read_user costs about as much as copying a kilobyte here, so
+ * the frame-pointer walk reads its frames from this copy and reads user
+ * memory again only for frames beyond it. Its first STACK_TOP_BYTES go to
+ * user space for the leaf fix-up. */
+#define STACK_SNAP_BYTES 1024
+#define USER_CS_64 0x33 /* __USER_CS: a 64-bit user context */
+
+struct stack_snap {
+	__u64 w[STACK_SNAP_BYTES / 8];
+};
+
+/* One snapshot per program kind and CPU: index 0 for on-CPU ticks, 1 for
+ * off-CPU captures. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct stack_snap);
+} snap_scratch SEC(".maps");
+
+/* The user registers of a sample and the stack copied from them. */
+struct user_ctx {
+	__u64 cs;
+	struct stack_snap *snap;
+	__u32 snap_len;
+};
+
+/* task_user_regs fills s's user registers from the task's saved user
+ * context; returns 0 for kernel threads. */
+static __always_inline int task_user_regs(struct stack_sample *s, struct task_struct *task,
+					  struct user_ctx *u)
 {
 	struct pt_regs *regs;
 
-	if (!BPF_CORE_READ(task, mm))
-		return; /* kernel thread */
+	if (!task->mm)
+		return 0; /* kernel thread */
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
+		return 0;
+	s->user_ip = regs->ip;
+	s->user_sp = regs->sp;
+	s->user_bp = regs->bp;
+	u->cs = regs->cs;
+	return 1;
+}
+
+/* fill_user copies the stack of the user context in s's registers: one
+ * read of STACK_SNAP_BYTES from the stack pointer, or up to the end of
+ * its page when the stack ends sooner. */
+static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u, __u32 snap_idx)
+{
+	__u64 sp = s->user_sp;
+	__u32 len = STACK_SNAP_BYTES;
+	struct stack_snap *snap;
+
+	u->snap = 0;
+	u->snap_len = 0;
+	if (!s->user_ip)
 		return;
-	s->user_ip = BPF_CORE_READ(regs, ip);
-	s->user_sp = BPF_CORE_READ(regs, sp);
-	s->user_bp = BPF_CORE_READ(regs, bp);
-	if (bpf_probe_read_user(s->stack_top, sizeof(s->stack_top), (void *)s->user_sp) == 0)
-		s->stack_top_len = sizeof(s->stack_top);
-	else
+	snap = bpf_map_lookup_elem(&snap_scratch, &snap_idx);
+	if (!snap)
+		return;
+	if (bpf_probe_read_user(snap->w, STACK_SNAP_BYTES, (void *)sp)) {
+		len = 4096 - (sp & 4095);
+		if (len > STACK_SNAP_BYTES)
+			len = STACK_SNAP_BYTES;
+		if (bpf_probe_read_user(snap->w, len, (void *)sp))
+			len = 0;
+	}
+	u->snap = snap;
+	u->snap_len = len;
+	if (len >= STACK_TOP_BYTES) {
+		__builtin_memcpy(s->stack_top, snap->w, STACK_TOP_BYTES);
+		s->stack_top_len = STACK_TOP_BYTES;
+	} else {
 		count(CNT_STACK_TOP_ERR);
+	}
 }
 
 /* fill_sample writes everything of a sample but its stacks, for the
- * current task: who, when, the user registers and stack top, and the
- * trace context it runs in. */
+ * current task: who, when, the user registers and stack, and the trace
+ * context it runs in. The user registers are taken from u when its cs is
+ * set (a tick that interrupted user code), else from the task. */
 static __always_inline void fill_sample(struct stack_sample *s, struct task_struct *task, __u64 pid_tgid,
-					__u8 kind, __u8 state, __u64 value)
+					__u8 kind, __u8 state, __u64 value, struct user_ctx *u, __u32 snap_idx)
 {
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->value = value;
@@ -232,14 +293,17 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->state = state;
 	s->pad0 = 0;
 	s->pad1 = 0;
-	s->user_ip = 0;
-	s->user_sp = 0;
-	s->user_bp = 0;
+	if (!u->cs) {
+		s->user_ip = 0;
+		s->user_sp = 0;
+		s->user_bp = 0;
+	}
 	s->stack_top_len = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
 	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
-	fill_user(s, task);
+	if (u->cs || task_user_regs(s, task, u))
+		fill_user(s, u, snap_idx);
 	read_trace_context(s, task, pid_tgid);
 }
 
@@ -252,14 +316,93 @@ struct {
 	__type(value, struct stack_sample);
 } sample_scratch SEC(".maps");
 
+/* Where a frame-pointer walk stands: the next frame address and how many
+ * frames were stored. */
+struct walk_pos {
+	__u64 bp;
+	__u64 n;
+};
+
+/* walk_snap follows the frame-pointer chain through the stack copy (len
+ * bytes from s->user_sp), like the kernel's perf_callchain_user, until a
+ * frame lies outside it. Global functions, this one and walk_mem, are
+ * verified once each, whatever the paths into them; one loop each keeps
+ * the verifier's paths linear. */
+__noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u32 len, struct walk_pos *pos)
+{
+	__u64 bp, off, w;
+	int i;
+
+	if (!s || !pos)
+		return 0;
+	bp = s->user_bp;
+	s->frames[0] = s->user_ip;
+	i = 1;
+	if (snap) {
+		for (; i < MAX_USER_FRAMES; i++) {
+			off = bp - s->user_sp;
+			w = off / 8;
+			if (!bp || (off & 7) || off + 16 > len || w >= STACK_SNAP_BYTES / 8 - 1)
+				break;
+			s->frames[i] = snap->w[w + 1];
+			bp = snap->w[w];
+		}
+	}
+	pos->bp = bp;
+	pos->n = i;
+	return 0;
+}
+
+/* walk_mem continues the walk of walk_snap in user memory, one read per
+ * frame. */
+__noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
+{
+	__u64 bp, fr[2], n, idx;
+	int j;
+
+	if (!s || !pos)
+		return 0;
+	bp = pos->bp;
+	n = pos->n;
+	for (j = 0; j < MAX_USER_FRAMES; j++) {
+		idx = n + j;
+		/* An index, not a pointer stepped along the loop: the
+		 * verifier bounds it by the check below. */
+		barrier_var(idx);
+		if (idx >= MAX_USER_FRAMES || !bp || bpf_probe_read_user(fr, sizeof(fr), (void *)bp))
+			break;
+		s->frames[idx] = fr[1];
+		bp = fr[0];
+	}
+	pos->n = n + j;
+	return 0;
+}
+
+/* walk_user walks a 64-bit user context's frame pointers and returns the
+ * bytes of s->frames it filled. */
+static __always_inline long walk_user(struct stack_sample *s, struct user_ctx *u)
+{
+	struct walk_pos pos = {};
+
+	walk_snap(s, u->snap, u->snap_len, &pos);
+	if (pos.bp && pos.n < MAX_USER_FRAMES)
+		walk_mem(s, &pos);
+	return (pos.n < MAX_USER_FRAMES ? pos.n : MAX_USER_FRAMES) * sizeof(__u64);
+}
+
 /* fill_stacks walks the user stack, then the kernel stack right after it,
  * and returns how many bytes of s hold data. */
-static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, int kernel)
+static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, struct user_ctx *u, int kernel)
 {
 	__u64 nu = 0, nk = 0;
 	long n;
 
-	n = bpf_get_stack(ctx, s->frames, MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+	if (!s->user_ip)
+		n = 0; /* kernel thread */
+	else if (u->cs == USER_CS_64)
+		n = walk_user(s, u);
+	else /* a 32-bit process: the kernel knows its frame layout */
+		n = bpf_get_stack(ctx, s->frames, MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
 	if (n < 0) {
 		count(CNT_USTACK_ERR);
 		s->user_frames = n;
@@ -286,6 +429,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+	struct user_ctx u = {};
 	struct task_struct *task;
 	struct stack_sample *s;
 	__u32 zero = 0;
@@ -299,11 +443,17 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	task = bpf_get_current_task_btf();
 
-	fill_sample(s, task, pid_tgid, SAMPLE_ON_CPU, 0, 1);
-
 	/* The verifier allows only whole-word loads of the context. */
 	cs = *(volatile __u64 *)&ctx->regs.cs;
-	size = fill_stacks(ctx, s, (cs & 3) == 0);
+	if (cs & 3) {
+		/* The tick interrupted user code: its registers are here. */
+		s->user_ip = ctx->regs.ip;
+		s->user_sp = ctx->regs.sp;
+		s->user_bp = ctx->regs.bp;
+		u.cs = cs & 0xffff;
+	}
+	fill_sample(s, task, pid_tgid, SAMPLE_ON_CPU, 0, 1, &u, 0);
+	size = fill_stacks(ctx, s, &u, (cs & 3) == 0);
 	if (bpf_ringbuf_output(&samples, s, size, wakeup_flags())) {
 		count(CNT_RINGBUF_FULL);
 		return 0;

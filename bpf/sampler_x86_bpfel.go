@@ -131,6 +131,11 @@ type SamplerStackSample struct {
 	Frames      [191]uint64
 }
 
+type SamplerStackSnap struct {
+	_ structs.HostLayout
+	W [128]uint64
+}
+
 type SamplerTlsKind uint32
 
 const (
@@ -158,6 +163,7 @@ const (
 	SamplerMapProcConfigs         = "proc_configs"
 	SamplerMapSampleScratch       = "sample_scratch"
 	SamplerMapSamples             = "samples"
+	SamplerMapSnapScratch         = "snap_scratch"
 	SamplerMapTaskTraceContext    = "task_trace_context"
 	SamplerMapTracesCtxV1         = "traces_ctx_v1"
 	SamplerProgOnExec             = "on_exec"
@@ -242,6 +248,7 @@ type SamplerMapSpecs struct {
 	ProcConfigs      *ebpf.MapSpec `ebpf:"proc_configs"`
 	SampleScratch    *ebpf.MapSpec `ebpf:"sample_scratch"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
+	SnapScratch      *ebpf.MapSpec `ebpf:"snap_scratch"`
 	TaskTraceContext *ebpf.MapSpec `ebpf:"task_trace_context"`
 	TracesCtxV1      *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
 }
@@ -292,6 +299,7 @@ type SamplerMaps struct {
 	ProcConfigs      *ebpf.Map `ebpf:"proc_configs"`
 	SampleScratch    *ebpf.Map `ebpf:"sample_scratch"`
 	Samples          *ebpf.Map `ebpf:"samples"`
+	SnapScratch      *ebpf.Map `ebpf:"snap_scratch"`
 	TaskTraceContext *ebpf.Map `ebpf:"task_trace_context"`
 	TracesCtxV1      *ebpf.Map `ebpf:"traces_ctx_v1"`
 }
@@ -306,6 +314,7 @@ func (m *SamplerMaps) Close() error {
 		m.ProcConfigs,
 		m.SampleScratch,
 		m.Samples,
+		m.SnapScratch,
 		m.TaskTraceContext,
 		m.TracesCtxV1,
 	)
