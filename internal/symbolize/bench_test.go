@@ -221,9 +221,7 @@ func libcDebugAddrs(b *testing.B, n int) []uint64 {
 // BenchmarkLibcDebugFile opens libc with its separate debug file
 // (libc6-dbg, compressed DWARF) and symbolizes 200 addresses: the cost of
 // the first profile that holds libc frames, and the heap the object keeps
-// afterwards: after a Trim following these lookups and one following a
-// report without new compile units, as the agent calls it after every
-// report.
+// afterwards (after Trim, as the agent calls it after every report).
 func BenchmarkLibcDebugFile(b *testing.B) {
 	id, err := Identify(libc)
 	if err != nil {
@@ -249,7 +247,6 @@ func BenchmarkLibcDebugFile(b *testing.B) {
 		for _, a := range addrs {
 			obj.LookupInlined(a, nil)
 		}
-		s.Trim()
 		s.Trim()
 		runtime.GC()
 		runtime.ReadMemStats(&after)

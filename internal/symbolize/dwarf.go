@@ -81,16 +81,15 @@ func dwarfSize(ef *elf.File) uint64 {
 // names, so they are neither decompressed nor held.
 var dwarfSections = []string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
 
-// loadDWARF reads the sections of dwarfSections (decompressing them) and
-// returns the dwarf.Data over them and their total size. Relocatable
-// objects take debug/elf's loader, which applies relocations.
-func loadDWARF(ef *elf.File) (*dwarf.Data, int, error) {
-	if ef.Type == elf.ET_REL {
-		d, err := ef.DWARF()
-		return d, 0, err
-	}
-	dat := map[string][]byte{}
-	n := 0
+// sections is the decompressed data of dwarfSections, by name.
+type sections struct {
+	m     map[string][]byte
+	bytes int
+}
+
+// readSections reads dwarfSections of ef, decompressing them.
+func readSections(ef *elf.File) (*sections, error) {
+	secs := &sections{m: map[string][]byte{}}
 	for _, s := range ef.Sections {
 		name, ok := strings.CutPrefix(s.Name, ".debug_")
 		if !ok {
@@ -101,23 +100,30 @@ func loadDWARF(ef *elf.File) (*dwarf.Data, int, error) {
 		}
 		b, err := s.Data()
 		if err != nil {
-			return nil, 0, fmt.Errorf("read %s: %w", s.Name, err)
+			return nil, fmt.Errorf("read %s: %w", s.Name, err)
 		}
-		dat[name] = b
-		n += len(b)
+		secs.m[name] = b
+		secs.bytes += len(b)
 	}
-	d, err := dwarf.New(dat["abbrev"], nil, nil, dat["info"], dat["line"], nil, dat["ranges"], dat["str"])
+	return secs, nil
+}
+
+// data returns a dwarf.Data over the sections with info as .debug_info:
+// the whole section, or one unit of it (see lazyDWARF).
+func (s *sections) data(info []byte) (*dwarf.Data, error) {
+	m := s.m
+	d, err := dwarf.New(m["abbrev"], nil, nil, info, m["line"], nil, m["ranges"], m["str"])
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	for _, name := range dwarfSections[5:] {
-		if b, ok := dat[name]; ok {
+		if b, ok := m[name]; ok {
 			if err := d.AddSection(".debug_"+name, b); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 		}
 	}
-	return d, n, nil
+	return d, nil
 }
 
 // unitTables builds the line and inline tables of the compile unit whose

@@ -1,9 +1,11 @@
 package symbolize
 
 import (
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -79,8 +81,7 @@ func TestLibcDebugFileTrim(t *testing.T) {
 	if got := s.Stats().DWARFLoads; got != 1 {
 		t.Errorf("DWARFLoads after open = %d, want 1", got)
 	}
-	s.Trim() // new units were built: the data stays one more batch
-	s.Trim() // a batch without new units: the data goes
+	s.Trim() // the report is done: the section data goes
 	bytes := s.Bytes()
 	check(first) // answered from the tables already built
 	if got := s.Stats().DWARFLoads; got != 1 {
@@ -91,9 +92,102 @@ func TestLibcDebugFileTrim(t *testing.T) {
 		t.Errorf("DWARFLoads after unseen units = %d, want 2", got)
 	}
 	s.Trim()
-	s.Trim()
 	if s.Bytes() > 4*bytes {
 		t.Errorf("cache holds %d bytes after Trim, %d before the second batch", s.Bytes(), bytes)
 	}
 	t.Logf("%d+%d addresses, cache %d then %d bytes, stats %+v", len(first), len(second), bytes, s.Bytes(), s.Stats())
+}
+
+// TestDWARFUnitsAloneMatchWhole reads every unit of the fixtures (and of
+// libc's debug file, when installed) both ways lazyDWARF can: each unit
+// through a dwarf.Data of its own, and all units through one. Every
+// address of every unit must give the same chain.
+func TestDWARFUnitsAloneMatchWhole(t *testing.T) {
+	paths := []string{fixture("inline-gcc"), fixture("inline-clang"), fixture("chain-gcc"), fixture("inline-gcc.debug")}
+	if id, err := Identify(libc); err == nil {
+		if p := buildIDPath("/usr/lib/debug", id.BuildID); fileExists(p) {
+			paths = append(paths, p)
+		}
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			ef, err := elf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ef.Close()
+			var st stats
+			alone, err := newLazyDWARF(ef, path, fileStat{}, &st)
+			if err != nil || alone == nil {
+				t.Fatalf("newLazyDWARF = %v, %v", alone, err)
+			}
+			if alone.whole {
+				t.Fatal("read whole: no unit refers to another in these files")
+			}
+			whole := &lazyDWARF{path: path, order: ef.ByteOrder, stats: &st, secs: alone.secs, tables: map[int32]*debugInfo{}}
+			if err := whole.indexWhole(); err != nil {
+				t.Fatal(err)
+			}
+			if len(whole.units) != len(alone.units) {
+				t.Fatalf("%d unit ranges read whole, %d alone", len(whole.units), len(alone.units))
+			}
+			n, step := 0, uint64(1)
+			if len(alone.units) > 100 {
+				step = 61 // libc: a sample of every unit's addresses
+			}
+			for _, u := range alone.units {
+				for a := u.lo; a < u.hi; a += step {
+					got, want := alone.locations(a), whole.locations(a)
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Fatalf("%#x: alone %v, whole %v", a, got, want)
+					}
+					n++
+				}
+			}
+			if st.dwarfErrors.Load() != 0 {
+				t.Errorf("%d DWARF errors", st.dwarfErrors.Load())
+			}
+			t.Logf("%d units, %d addresses", len(alone.spans), n)
+		})
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// TestRefersAcross reads abbreviation tables: a reference to another
+// unit only through DW_FORM_ref_addr (or indirect) on an abstract origin
+// or specification; anything unreadable counts as one.
+func TestRefersAcross(t *testing.T) {
+	// code 1, DW_TAG_subprogram (0x2e), children, attributes..., 0 0;
+	// then the table's terminating 0.
+	table := func(attrs ...byte) []byte {
+		b := append([]byte{1, 0x2e, 1}, attrs...)
+		return append(b, 0, 0, 0)
+	}
+	tests := []struct {
+		name   string
+		abbrev []byte
+		off    uint64
+		want   bool
+	}{
+		{"name strp, origin ref4", table(0x03, 0x0e, 0x31, 0x13), 0, false},
+		{"origin ref_addr", table(0x31, 0x10), 0, true},
+		{"specification ref_addr", table(0x47, 0x10), 0, true},
+		{"origin indirect", table(0x31, 0x16), 0, true},
+		{"sibling ref_addr is not a name", table(0x01, 0x10), 0, false},
+		{"implicit const skipped", table(0x3a, 0x21, 0x7f, 0x31, 0x13), 0, false},
+		{"table at an offset", append([]byte{0xff, 0xff}, table(0x31, 0x10)...), 2, true},
+		{"truncated", []byte{1, 0x2e, 1, 0x31}, 0, true},
+		{"offset past the section", table(), 100, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := refersAcross(tt.abbrev, tt.off); got != tt.want {
+				t.Errorf("refersAcross = %v, want %v", got, tt.want)
+			}
+		})
+	}
 }
