@@ -108,6 +108,10 @@ func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 	if !nonzero {
 		return nil, ErrKptrRestricted
 	}
+	// The tables live as long as the agent: drop the headroom of the
+	// initial capacities (a quarter of the names' 4 MiB here).
+	k.syms = append(make([]ksym, 0, len(k.syms)), k.syms...)
+	k.names = append(make([]byte, 0, len(k.names)), k.names...)
 	byAddr := func(a, b ksym) int { return cmp.Compare(a.addr, b.addr) }
 	if !slices.IsSortedFunc(k.syms, byAddr) {
 		slices.SortStableFunc(k.syms, byAddr)
