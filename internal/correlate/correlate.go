@@ -56,6 +56,9 @@ type Watcher struct {
 
 	queue chan uint32
 	stats struct{ scanned, configured, errors, hooks atomic.Uint64 }
+	// scanner remembers what each mapped file said, so libc is read once
+	// and not once per process and scan.
+	scanner *tracectx.Scanner
 }
 
 type state struct {
@@ -72,7 +75,7 @@ func New(k Kernel, goc GoConfig, log *slog.Logger) *Watcher {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Watcher{k: k, goc: goc, log: log, procs: map[uint32]*state{},
-		hooks: map[string]bool{}, queue: make(chan uint32, 4096)}
+		hooks: map[string]bool{}, queue: make(chan uint32, 4096), scanner: tracectx.NewScanner(1024)}
 }
 
 // Scan inspects pid now and configures the kernel. It is what the
@@ -111,7 +114,7 @@ func (w *Watcher) Scan(pid uint32) error {
 
 func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.Hook, error) {
 	var cfg bpf.SamplerProcConfig
-	pi, err := tracectx.Scan(int(pid))
+	pi, err := w.scanner.Scan(int(pid))
 	if err != nil {
 		return Info{}, cfg, nil, fmt.Errorf("scan pid %d: %w", pid, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,7 +51,44 @@ type ProcessInfo struct {
 // otel_thread_ctx_v1 and spanprof_set_trace_context, the process context,
 // and the environment. It fails only when the process cannot be read at all
 // (gone, or no permission: the agent needs root or CAP_SYS_PTRACE).
-func Scan(pid int) (*ProcessInfo, error) {
+// A Scanner remembers what files said, for scanning many processes.
+func Scan(pid int) (*ProcessInfo, error) { return (*Scanner)(nil).Scan(pid) }
+
+// Scanner scans processes, reading each version of a mapped file once:
+// libc and ld.so are in every process, and the agent scans a process
+// several times while it publishes no context. Safe for concurrent use.
+type Scanner struct {
+	mu    sync.Mutex
+	max   int
+	files map[fileKey]*fileScan
+}
+
+// NewScanner returns a Scanner that remembers up to max file versions
+// (then forgets them all and starts again).
+func NewScanner(max int) *Scanner {
+	return &Scanner{max: max, files: map[fileKey]*fileScan{}}
+}
+
+// fileKey is one version of a mapped file, as stat tells it apart.
+type fileKey struct {
+	dev, ino, size uint64
+	mtime          int64
+	path           string // errors and TLSVar name it
+}
+
+// fileScan is what one file says: where its segments load, and the
+// results of looking the two contract symbols up.
+type fileScan struct {
+	progs   []*elf.Prog
+	noSyms  bool // no .dynsym: nothing to look up
+	hook    uint64
+	hookErr error
+	v       *TLSVar
+	vErr    error
+}
+
+// Scan is the package's Scan, remembering the files it read.
+func (s *Scanner) Scan(pid int) (*ProcessInfo, error) {
 	maps, err := readMaps(pid)
 	if err != nil {
 		return nil, err
@@ -61,7 +99,7 @@ func Scan(pid int) (*ProcessInfo, error) {
 	}
 	defer mem.Close()
 	info := &ProcessInfo{PID: pid}
-	scanModules(pid, mem, maps, info)
+	s.scanModules(pid, mem, maps, info)
 
 	pc, err := loadProcessContext(mem, maps)
 	switch {
@@ -84,13 +122,12 @@ func Scan(pid int) (*ProcessInfo, error) {
 type module struct {
 	m    mapping // the mapping the load bias was computed from
 	path string
-	open string
 	main bool
 	bias uint64
 	v    *TLSVar
 }
 
-func scanModules(pid int, mem io.ReaderAt, maps []mapping, info *ProcessInfo) {
+func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, info *ProcessInfo) {
 	exeDev, exeIno, exeErr := statExe(pid)
 	seen := map[string]bool{}
 	var mods []module
@@ -102,48 +139,85 @@ func scanModules(pid int, mem io.ReaderAt, maps []mapping, info *ProcessInfo) {
 		if seen[key] {
 			continue
 		}
-		f, open, err := openMapped(pid, m)
+		fs, err := s.file(pid, m)
 		if err != nil {
 			seen[key] = true
 			info.Errors = append(info.Errors, err)
 			continue
 		}
-		bias, ok := loadBias(f, m)
+		bias, ok := loadBias(fs.progs, m)
 		if !ok {
-			f.Close() // not the segment that starts the file; a later mapping is
-			continue
+			continue // not the segment that starts the file; a later mapping is
 		}
 		seen[key] = true
-		mod := module{m: m, path: m.path, open: open, bias: bias,
-			main: exeErr == nil && m.inode == exeIno && m.dev == exeDev}
-		ds, err := readDynsym(f)
-		if err != nil {
-			f.Close()
-			if !errors.Is(err, elf.ErrNoSymbols) {
-				info.Errors = append(info.Errors, fmt.Errorf("read .dynsym of %s: %w", m.path, err))
+		if fs.noSyms {
+			continue
+		}
+		if fs.hookErr == nil {
+			info.Hooks = append(info.Hooks, Hook{Path: m.path, OpenPath: rootPath(pid, m.path), Offset: fs.hook})
+		} else if !errors.Is(fs.hookErr, ErrNotFound) {
+			info.Errors = append(info.Errors, fs.hookErr)
+		}
+		if fs.vErr != nil {
+			if !errors.Is(fs.vErr, ErrNotFound) {
+				info.Errors = append(info.Errors, fs.vErr)
 			}
 			continue
 		}
-		if off, err := hookIn(f, ds, m.path); err == nil {
-			info.Hooks = append(info.Hooks, Hook{Path: m.path, OpenPath: rootPath(pid, m.path), Offset: off})
-		} else if !errors.Is(err, ErrNotFound) {
-			info.Errors = append(info.Errors, err)
-		}
-		mod.v, err = threadContextIn(f, ds, m.path)
-		f.Close()
-		if err != nil {
-			if !errors.Is(err, ErrNotFound) {
-				info.Errors = append(info.Errors, err)
-			}
-			continue
-		}
-		mods = append(mods, mod)
+		mods = append(mods, module{m: m, path: m.path, bias: bias, v: fs.v,
+			main: exeErr == nil && m.inode == exeIno && m.dev == exeDev})
 	}
 	loc, path, err := locate(mem, mods)
 	if err != nil {
 		info.Errors = append(info.Errors, err)
 	}
 	info.ThreadContext, info.ThreadContextModule = loc, path
+}
+
+// file returns what the file behind mapping m says, read once per file
+// version when s remembers.
+func (s *Scanner) file(pid int, m mapping) (*fileScan, error) {
+	var key fileKey
+	if s != nil {
+		if st, err := statMapped(pid, m); err == nil {
+			key = fileKey{dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size),
+				mtime: st.Mtim.Nano(), path: m.path}
+			s.mu.Lock()
+			fs, ok := s.files[key]
+			s.mu.Unlock()
+			if ok {
+				return fs, nil
+			}
+		}
+	}
+	f, err := openMapped(pid, m)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fs := &fileScan{progs: f.Progs}
+	ds, err := readDynsym(f)
+	switch {
+	case errors.Is(err, elf.ErrNoSymbols):
+		fs.noSyms = true
+	case err != nil:
+		// Not remembered: the read may work next time.
+		fs.hookErr = fmt.Errorf("read .dynsym of %s: %w", m.path, err)
+		fs.vErr = ErrNotFound
+		return fs, nil
+	default:
+		fs.hook, fs.hookErr = hookIn(f, ds, m.path)
+		fs.v, fs.vErr = threadContextIn(f, ds, m.path)
+	}
+	if s != nil && key.ino != 0 {
+		s.mu.Lock()
+		if len(s.files) >= s.max {
+			clear(s.files)
+		}
+		s.files[key] = fs
+		s.mu.Unlock()
+	}
+	return fs, nil
 }
 
 // locate picks the defining module (the main program first: glibc resolves
@@ -180,26 +254,38 @@ func locate(mem io.ReaderAt, mods []module) (Location, string, error) {
 // openMapped opens the file behind a mapping: through map_files (exactly the
 // mapped inode, even if deleted or in another mount namespace), else through
 // the process's root.
-func openMapped(pid int, m mapping) (*elf.File, string, error) {
-	p := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.start, m.end)
-	if f, err := elf.Open(p); err == nil {
-		return f, p, nil
+func openMapped(pid int, m mapping) (*elf.File, error) {
+	if f, err := elf.Open(mapFilesPath(pid, m)); err == nil {
+		return f, nil
 	}
-	p = rootPath(pid, strings.TrimSuffix(m.path, " (deleted)"))
-	f, err := elf.Open(p)
+	f, err := elf.Open(rootPath(pid, strings.TrimSuffix(m.path, " (deleted)")))
 	if err != nil {
-		return nil, "", fmt.Errorf("open mapped file %s: %w", m.path, err)
+		return nil, fmt.Errorf("open mapped file %s: %w", m.path, err)
 	}
-	return f, p, nil
+	return f, nil
+}
+
+// statMapped stats the file behind a mapping the way openMapped opens it.
+func statMapped(pid int, m mapping) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Stat(mapFilesPath(pid, m), &st)
+	if err != nil {
+		err = unix.Stat(rootPath(pid, strings.TrimSuffix(m.path, " (deleted)")), &st)
+	}
+	return st, err
+}
+
+func mapFilesPath(pid int, m mapping) string {
+	return fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.start, m.end)
 }
 
 func rootPath(pid int, path string) string { return fmt.Sprintf("/proc/%d/root%s", pid, path) }
 
 // loadBias returns run-time minus link-time address for the PT_LOAD that m
 // maps, if m maps the start of one.
-func loadBias(f *elf.File, m mapping) (uint64, bool) {
+func loadBias(progs []*elf.Prog, m mapping) (uint64, bool) {
 	page := uint64(os.Getpagesize())
-	for _, p := range f.Progs {
+	for _, p := range progs {
 		if p.Type == elf.PT_LOAD && p.Off&^(page-1) == m.off {
 			return m.start - p.Vaddr&^(page-1), true
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,10 @@ func TestScanProbe(t *testing.T) {
 			env: []string{"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=0"},
 		},
 	}
+	// One Scanner for all processes, as the agent has: what it remembers
+	// of libc, ld.so and the libraries shared by the probes must give
+	// what reading them again gives.
+	sc := NewScanner(64)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var args []string
@@ -48,6 +53,16 @@ func TestScanProbe(t *testing.T) {
 			info, err := Scan(pid)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for range 2 {
+				cached, err := sc.Scan(pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cached.ThreadContext != info.ThreadContext || cached.ThreadContextModule != info.ThreadContextModule ||
+					fmt.Sprint(cached.Hooks, cached.Errors) != fmt.Sprint(info.Hooks, info.Errors) {
+					t.Errorf("Scanner.Scan = %+v, Scan = %+v", cached, info)
+				}
 			}
 			for _, e := range info.Errors {
 				t.Errorf("scan problem: %v", e)
@@ -145,7 +160,7 @@ func TestScanHook(t *testing.T) {
 	var bias uint64
 	for _, m := range maps {
 		if m.path == bin && m.off == 0 {
-			bias, _ = loadBias(f, m)
+			bias, _ = loadBias(f.Progs, m)
 			break
 		}
 	}
