@@ -25,8 +25,12 @@ import (
 // PinDir is where maps shared with other programs are pinned.
 const PinDir = "/sys/fs/bpf/spanprof"
 
-// pollInterval bounds how long a record waits in the ring buffer.
-const pollInterval = 50 * time.Millisecond
+// pollInterval bounds how long a record waits in the ring buffer. The
+// programs wake the reader once the ring holds 1 MiB, so this only sets
+// the latency of a trickle; every pass costs thread wake-ups (the reader,
+// the consumer, the runtime's sysmon), so it is not shorter than the
+// consumers need: record reads at the end, the agent every report.
+const pollInterval = 200 * time.Millisecond
 
 // OTelTracesMapPin is where the OTel eBPF Instrumentation pins its map of
 // the spans each thread is in (key pid_tgid, value trace_id[16] span_id[8]).
@@ -54,16 +58,20 @@ type Options struct {
 // Sampler owns the loaded programs and the ring-buffer reader.
 type Sampler struct {
 	log    *slog.Logger
-	clock  *clock.Converter
+	dec    *decoder // used by Run only
 	objs   bpf.SamplerObjects
 	links  []link.Link
 	perf   []int
 	reader *ringbuf.Reader
 	freq   int
 	onExec func(pid uint32, at time.Time)
-	// stopped is set by Stop: the next flush ends Run.
-	stopped atomic.Bool
-	offCPU  bool
+	// ring wakes Run for the kernel's wake-ups, its poll deadline and
+	// Stop, through the Go netpoller.
+	ring *ringWait
+	// detached is set by Stop once the programs are detached: what the
+	// ring holds then is all there will be, and Run ends after reading it.
+	detached atomic.Bool
+	offCPU   bool
 
 	records chan *Record
 	procs   chan ProcEvent
@@ -133,7 +141,7 @@ func New(opts Options) (*Sampler, error) {
 
 	s := &Sampler{
 		log:     opts.Logger,
-		clock:   opts.Clock,
+		dec:     newDecoder(opts.Clock),
 		onExec:  opts.OnExec,
 		records: make(chan *Record, opts.Queue),
 		procs:   make(chan ProcEvent, 4096),
@@ -170,6 +178,7 @@ func New(opts Options) (*Sampler, error) {
 		s.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
+	s.ring = newRingWait(s.objs.Samples.FD(), s.log)
 	return s, nil
 }
 
@@ -261,80 +270,6 @@ func (s *Sampler) ProcEvents() <-chan ProcEvent { return s.procs }
 // TaskTraceContext is the task-storage map other programs can fill.
 func (s *Sampler) TaskTraceContext() *ebpf.Map { return s.objs.TaskTraceContext }
 
-// Run reads the ring buffer until Close is called. Records that do not fit
-// the queue are dropped and counted, never block the reader.
-func (s *Sampler) Run() {
-	defer close(s.records)
-	defer close(s.procs)
-	var rec ringbuf.Record
-	// The programs wake the reader only when the ring fills up; otherwise
-	// it polls, so records wait at most pollInterval.
-	s.reader.SetDeadline(time.Now().Add(pollInterval))
-	for {
-		if err := s.reader.ReadInto(&rec); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				s.reader.SetDeadline(time.Now().Add(pollInterval))
-				continue
-			}
-			if errors.Is(err, ringbuf.ErrClosed) {
-				return
-			}
-			if errors.Is(err, ringbuf.ErrFlushed) {
-				if s.stopped.Load() {
-					// Stop detached the programs and flushed: everything
-					// they wrote has been read. Closing the channels tells
-					// the consumer it has it all.
-					return
-				}
-				continue
-			}
-			s.log.Warn("read ring buffer", "error", err)
-			continue
-		}
-		r, pe, err := decode(rec.RawSample, s.clock)
-		if err != nil {
-			s.decodeDrops.Add(1)
-			continue
-		}
-		if pe != nil {
-			if !pe.Exit && s.onExec != nil {
-				s.onExec(pe.PID, pe.Time)
-			}
-			select {
-			case s.procs <- *pe:
-			default:
-				s.queueDrops.Add(1)
-			}
-			continue
-		}
-		select {
-		case s.records <- r:
-		default:
-			s.queueDrops.Add(1)
-		}
-	}
-}
-
-// Stop detaches the programs so no new samples arrive, and wakes Run once
-// the ring buffer is drained.
-func (s *Sampler) Stop() {
-	s.stopped.Store(true)
-	for _, fd := range s.perf {
-		_ = unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
-	}
-	s.mu.Lock()
-	for _, l := range s.links {
-		_ = l.Close()
-	}
-	s.links = nil
-	s.mu.Unlock()
-	if s.reader != nil {
-		// Flush wakes the reader so it returns what is left, then Close
-		// ends Run.
-		_ = s.reader.Flush()
-	}
-}
-
 // Close releases everything. Run returns once the reader is closed.
 func (s *Sampler) Close() error {
 	s.closeOnce.Do(func() {
@@ -342,6 +277,7 @@ func (s *Sampler) Close() error {
 		if s.reader != nil {
 			_ = s.reader.Close()
 		}
+		s.ring.close()
 		for _, fd := range s.perf {
 			_ = unix.Close(fd)
 		}

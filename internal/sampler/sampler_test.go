@@ -54,28 +54,38 @@ func TestSamplesBusyChild(t *testing.T) {
 	cpu0 := cpuTime(t, cmd.Process.Pid)
 	deadline := time.After(time.Second)
 	var n, withUser, withTop int
+	check := func(r *Record) {
+		if r.PID != uint32(cmd.Process.Pid) {
+			t.Fatalf("record for pid %d, filter is %d", r.PID, cmd.Process.Pid)
+		}
+		// Records wait in the ring for up to pollInterval.
+		if d := time.Since(r.Time); d < 0 || d > pollInterval+500*time.Millisecond {
+			t.Fatalf("record time %v is %v from now", r.Time, d)
+		}
+		n++
+		if len(r.UserStack) > 0 && r.UserIP != 0 {
+			withUser++
+		}
+		if len(r.StackTop) > 0 {
+			withTop++
+		}
+	}
 loop:
 	for {
 		select {
 		case r := <-s.Records():
-			if r.PID != uint32(cmd.Process.Pid) {
-				t.Fatalf("record for pid %d, filter is %d", r.PID, cmd.Process.Pid)
-			}
-			if d := time.Since(r.Time); d < 0 || d > 500*time.Millisecond {
-				t.Fatalf("record time %v is %v from now", r.Time, d)
-			}
-			n++
-			if len(r.UserStack) > 0 && r.UserIP != 0 {
-				withUser++
-			}
-			if len(r.StackTop) > 0 {
-				withTop++
-			}
+			check(r)
 		case <-deadline:
 			break loop
 		}
 	}
 	ran := cpuTime(t, cmd.Process.Pid) - cpu0
+	// Stop wakes the reader, which hands over what the ring still holds and
+	// closes both channels.
+	s.Stop()
+	if !Drain(s.Records(), s.ProcEvents(), 5*time.Second, check, func(ProcEvent) {}) {
+		t.Fatal("the channels were not closed within 5s of Stop")
+	}
 	c, err := s.Counters()
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +100,11 @@ loop:
 	}
 	if float64(n) < 0.8*want-20 || float64(n) > 1.1*want+20 {
 		t.Fatalf("got %d samples for %v of CPU at 999 Hz, want about %.0f", n, ran, want)
+	}
+	// Every sample the programs wrote reached the consumer or was counted
+	// as dropped on the way.
+	if got := uint64(n) + c["lost_queue_full"] + c["lost_decode"]; got != c["samples"] {
+		t.Fatalf("%d records received or dropped, the programs wrote %d", got, c["samples"])
 	}
 	if withUser < n*99/100 || withTop < n*99/100 {
 		t.Fatalf("user stacks in %d, stack tops in %d of %d samples", withUser, withTop, n)

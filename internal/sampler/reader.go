@@ -1,0 +1,171 @@
+package sampler
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// past is a deadline that has passed: ReadInto returns what the ring
+// holds without waiting.
+var past = time.Unix(1, 0)
+
+// Run reads the ring buffer until Stop has detached the programs and the
+// ring is empty, or until Close. Records that do not fit the queue are
+// dropped and counted, never block the reader.
+//
+// Run never blocks in a system call: it reads the ring without waiting
+// and waits in the Go netpoller (ringWait). A goroutine blocked in
+// epoll_wait kept a P in a system call, which kept the runtime's sysmon
+// thread polling every 20 µs to 10 ms and retaking that P: hundreds of
+// thread wake-ups a second, about half of record's CPU while it samples.
+func (s *Sampler) Run() {
+	defer close(s.records)
+	defer close(s.procs)
+	var rec ringbuf.Record
+	for {
+		// Read after the flag: once Stop set it, this pass reads the last
+		// records the programs wrote.
+		last := s.detached.Load()
+		if !s.drain(&rec) || last {
+			return
+		}
+		s.ring.wait(pollInterval, s.ready)
+	}
+}
+
+// ready is what ends a wait: records to read, or Stop.
+func (s *Sampler) ready() bool {
+	return s.reader.AvailableBytes() > 0 || s.detached.Load()
+}
+
+// drain decodes and queues what the ring holds now. It returns false once
+// the reader is closed.
+func (s *Sampler) drain(rec *ringbuf.Record) bool {
+	s.reader.SetDeadline(past)
+	for {
+		if err := s.reader.ReadInto(rec); err != nil {
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
+				return true // the ring is empty
+			case errors.Is(err, ringbuf.ErrClosed):
+				return false
+			}
+			s.log.Warn("read ring buffer", "error", err)
+			return true
+		}
+		r, pe, err := s.dec.decode(rec.RawSample)
+		if err != nil {
+			s.decodeDrops.Add(1)
+			continue
+		}
+		if pe != nil {
+			if !pe.Exit && s.onExec != nil {
+				s.onExec(pe.PID, pe.Time)
+			}
+			select {
+			case s.procs <- *pe:
+			default:
+				s.queueDrops.Add(1)
+			}
+			continue
+		}
+		select {
+		case s.records <- r:
+		default:
+			s.queueDrops.Add(1)
+		}
+	}
+}
+
+// Stop detaches the programs so no new samples arrive, and wakes Run,
+// which ends once it has read what the ring still holds.
+func (s *Sampler) Stop() {
+	for _, fd := range s.perf {
+		_ = unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
+	}
+	s.mu.Lock()
+	for _, l := range s.links {
+		_ = l.Close()
+	}
+	s.links = nil
+	s.mu.Unlock()
+	s.detached.Store(true)
+	s.ring.wake()
+}
+
+// ringWait waits until the ring buffer has records, through the Go
+// netpoller: a non-blocking duplicate of the ring buffer's descriptor is
+// registered there like a socket, so a waiting reader parks its goroutine
+// instead of a thread. The kernel's wake-ups (the programs force one when
+// the ring holds 1 MiB) make the descriptor readable; otherwise the
+// deadline ends the wait.
+type ringWait struct {
+	f  *os.File // nil: the descriptor could not be registered; sleep instead
+	rc syscall.RawConn
+}
+
+// fallbackPoll is the sleep between reads when the netpoller cannot watch
+// the ring: short, since the kernel's wake-ups are not seen then.
+const fallbackPoll = 10 * time.Millisecond
+
+func newRingWait(fd int, log *slog.Logger) *ringWait {
+	w := &ringWait{}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		log.Warn("ring buffer not watched by the netpoller; polling", "error", err)
+		return w
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		_ = unix.Close(dup)
+		log.Warn("ring buffer not watched by the netpoller; polling", "error", err)
+		return w
+	}
+	// NewFile registers a non-blocking descriptor with the netpoller; only
+	// then does it accept deadlines.
+	f := os.NewFile(uintptr(dup), "ringbuf")
+	rc, err := f.SyscallConn()
+	if err == nil {
+		err = f.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		_ = f.Close()
+		log.Warn("ring buffer not watched by the netpoller; polling", "error", err)
+		return w
+	}
+	w.f, w.rc = f, rc
+	return w
+}
+
+// wait returns once ready holds, the kernel wakes the ring, d has passed,
+// or wake is called.
+func (w *ringWait) wait(d time.Duration, ready func() bool) {
+	if w == nil || w.f == nil {
+		time.Sleep(min(d, fallbackPoll))
+		return
+	}
+	_ = w.f.SetReadDeadline(time.Now().Add(d))
+	// Read calls ready and, while it is false, parks until the descriptor
+	// turns readable or the deadline passes; the error says which, and
+	// either way the caller reads the ring next.
+	_ = w.rc.Read(func(uintptr) bool { return ready() })
+}
+
+// wake ends a wait now (the waiter's ready must already hold, or it waits
+// again).
+func (w *ringWait) wake() {
+	if w != nil && w.f != nil {
+		_ = w.f.SetReadDeadline(past)
+	}
+}
+
+func (w *ringWait) close() {
+	if w != nil && w.f != nil {
+		_ = w.f.Close()
+	}
+}
