@@ -48,26 +48,58 @@ var (
 	headerSize = int(unsafe.Offsetof(bpf.SamplerStackSample{}.Frames))
 )
 
+// decoder turns raw ring-buffer bytes into Records and ProcEvents. It
+// belongs to one reader goroutine.
+type decoder struct {
+	conv *clock.Converter
+	// comms interns thread names: a few distinct names make up nearly all
+	// records, so a record's Comm costs a map lookup, not an allocation.
+	comms map[[16]int8]string
+}
+
+// maxComms bounds the interned names; past it the table starts afresh.
+const maxComms = 4096
+
+func newDecoder(conv *clock.Converter) *decoder {
+	return &decoder{conv: conv, comms: map[[16]int8]string{}}
+}
+
+// recordAlloc holds a Record and its stack-top bytes in one allocation.
+type recordAlloc struct {
+	Record
+	top [len(bpf.SamplerStackSample{}.StackTop)]byte
+}
+
 // decode turns raw ring-buffer bytes into a Record or a ProcEvent. The
 // layouts come from bpf2go, so the C header stays the one definition.
-func decode(raw []byte, conv *clock.Converter) (*Record, *ProcEvent, error) {
+// It reads the record where it lies: only the header (everything before
+// the frames) is copied into the struct, and the frames the record holds
+// go straight into the one slice that backs both stacks. A record costs
+// two allocations, the record with its stack top and the frames.
+func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	if len(raw) == procSize {
 		kt := clock.KTime(binary.LittleEndian.Uint64(raw[0:]))
 		pid := binary.LittleEndian.Uint32(raw[8:])
 		kind := bpf.SamplerProcEventKind(binary.LittleEndian.Uint32(raw[12:]))
-		return nil, &ProcEvent{PID: pid, Exit: kind == bpf.SamplerProcEventKindPROC_EXIT, Time: conv.Time(kt)}, nil
+		return nil, &ProcEvent{PID: pid, Exit: kind == bpf.SamplerProcEventKindPROC_EXIT, Time: d.conv.Time(kt)}, nil
 	}
 	if len(raw) < headerSize || len(raw) > sampleSize || (len(raw)-headerSize)%8 != 0 {
 		return nil, nil, fmt.Errorf("decode record: unexpected size %d", len(raw))
 	}
-	var s bpf.SamplerStackSample
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), sampleSize), raw)
-	r := &Record{
+	var s bpf.SamplerStackSample // header only; Frames stay zero
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), headerSize), raw)
+	used := (len(raw) - headerSize) / 8
+	nu := max(int(s.UserFrames), 0)
+	nk := max(int(s.KernFrames), 0)
+	if nu+nk > used {
+		return nil, nil, fmt.Errorf("decode record: %d+%d frames in a record holding %d", nu, nk, used)
+	}
+	a := &recordAlloc{Record: Record{
 		Kind:      profile.Kind(s.Kind),
 		PID:       s.Pid,
 		TID:       s.Tid,
 		CPU:       s.Cpu,
-		Comm:      commString(&s.Comm),
+		Comm:      d.comm(&s.Comm),
 		KTime:     clock.KTime(s.KtimeNs),
 		Value:     int64(s.Value),
 		State:     s.State,
@@ -75,37 +107,42 @@ func decode(raw []byte, conv *clock.Converter) (*Record, *ProcEvent, error) {
 		UserIP:    s.UserIp,
 		UserSP:    s.UserSp,
 		UserBP:    s.UserBp,
-	}
-	r.Time = conv.Time(r.KTime)
+	}}
+	r := &a.Record
+	r.Time = d.conv.Time(r.KTime)
 	if r.CtxSource != bpf.SamplerCtxSourceCTX_NONE {
 		r.Link.TraceID = s.TraceId
 		r.Link.SpanID = s.SpanId
 	}
 	if n := int(s.StackTopLen); n > 0 && n <= len(s.StackTop) {
-		r.StackTop = append([]byte(nil), s.StackTop[:n]...)
+		r.StackTop = a.top[:copy(a.top[:], s.StackTop[:n])]
 	}
-	used := (len(raw) - headerSize) / 8
-	nu := max(int(s.UserFrames), 0)
-	nk := max(int(s.KernFrames), 0)
-	if nu+nk > used {
-		return nil, nil, fmt.Errorf("decode record: %d+%d frames in a record holding %d", nu, nk, used)
+	if s.UserFrames < 0 {
+		r.UserErr = -s.UserFrames
 	}
-	r.UserStack, r.UserErr = frames(s.Frames[:nu], s.UserFrames)
-	r.KernStack, r.KernErr = frames(s.Frames[nu:nu+nk], s.KernFrames)
+	if s.KernFrames < 0 {
+		r.KernErr = -s.KernFrames
+	}
+	if nu+nk > 0 {
+		all := make([]uint64, nu+nk)
+		for i := range all {
+			all[i] = binary.LittleEndian.Uint64(raw[headerSize+8*i:])
+		}
+		if nu > 0 {
+			r.UserStack = all[:nu:nu]
+		}
+		if nk > 0 {
+			r.KernStack = all[nu:]
+		}
+	}
 	return r, nil, nil
 }
 
-func frames(all []uint64, n int32) ([]uint64, int32) {
-	if n < 0 {
-		return nil, -n
+// comm returns the thread name c holds, up to its first NUL.
+func (d *decoder) comm(c *[16]int8) string {
+	if s, ok := d.comms[*c]; ok {
+		return s
 	}
-	if int(n) > len(all) {
-		n = int32(len(all))
-	}
-	return append([]uint64(nil), all[:n]...), 0
-}
-
-func commString(c *[16]int8) string {
 	b := make([]byte, 0, len(c))
 	for _, ch := range c {
 		if ch == 0 {
@@ -113,5 +150,10 @@ func commString(c *[16]int8) string {
 		}
 		b = append(b, byte(ch))
 	}
-	return string(b)
+	if len(d.comms) >= maxComms {
+		clear(d.comms)
+	}
+	s := string(b)
+	d.comms[*c] = s
+	return s
 }

@@ -34,7 +34,7 @@ func rawSample(user, kern int) []byte {
 // reaches the collector: layout cast, clock conversion, and the copies of
 // the stacks and the stack top out of the reused read buffer.
 func BenchmarkDecode(b *testing.B) {
-	conv := clock.NewConverter()
+	d := newDecoder(clock.NewConverter())
 	tests := []struct {
 		name       string
 		user, kern int
@@ -49,7 +49,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(raw)))
 			for b.Loop() {
-				r, _, err := decode(raw, conv)
+				r, _, err := d.decode(raw)
 				if err != nil || len(r.UserStack) != tt.user {
 					b.Fatalf("decode: %v, %d user frames", err, len(r.UserStack))
 				}

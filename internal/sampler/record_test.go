@@ -24,7 +24,8 @@ func TestDecodeCompactRecord(t *testing.T) {
 	s.CtxSource = uint8(bpf.SamplerCtxSourceCTX_THREAD)
 	s.TraceId[0], s.SpanId[7] = 0xab, 0xcd
 	s.StackTopLen = 16
-	r, pe, err := decode(encode(&s, 3, 2), conv)
+	d := newDecoder(conv)
+	r, pe, err := d.decode(encode(&s, 3, 2))
 	if err != nil || pe != nil {
 		t.Fatalf("decode: %v, %v", err, pe)
 	}
@@ -44,14 +45,14 @@ func TestDecodeCompactRecord(t *testing.T) {
 		{"not whole frames", append(encode(&s, 3, 2), 1, 2, 3)},
 	}
 	for _, tt := range tests {
-		if _, _, err := decode(tt.raw, conv); err == nil {
+		if _, _, err := d.decode(tt.raw); err == nil {
 			t.Errorf("%s: decoded without error", tt.name)
 		}
 	}
 
 	s.UserFrames = -14 // EFAULT from the walk
 	s.KernFrames = 0
-	r, _, err = decode(encode(&s, 0, 0), conv)
+	r, _, err = d.decode(encode(&s, 0, 0))
 	if err != nil || r.UserErr != 14 || len(r.UserStack) != 0 {
 		t.Fatalf("failed walk: record %+v, err %v", r, err)
 	}
