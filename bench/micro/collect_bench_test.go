@@ -44,6 +44,19 @@ func records(n int) []*sampler.Record {
 	return rs
 }
 
+// withStackTop gives each record what leaf recovery reads: the sampled ip
+// (the stack's first address), a stack pointer and 256 bytes of stack.
+func withStackTop(rs []*sampler.Record) []*sampler.Record {
+	top := make([]byte, 256)
+	for i := range top {
+		top[i] = byte(i + 1)
+	}
+	for _, r := range rs {
+		r.UserIP, r.UserSP, r.StackTop = r.UserStack[0], 0x7ffd0000, top
+	}
+	return rs
+}
+
 // BenchmarkCollect measures the agent's user-space path after decode:
 // Add per record (process lookup, leaf recovery skipped without a stack
 // top), then Build, which symbolizes every distinct address once per
@@ -51,6 +64,23 @@ func records(n int) []*sampler.Record {
 // objects are cached, as in the agent's steady state.
 func BenchmarkCollect(b *testing.B) {
 	rs := records(1000)
+	b.Run("add-leaf/1000", func(b *testing.B) {
+		// With leaf recovery, as record and the agent run: the rule at
+		// the sampled ip comes from this binary's unwind tables (Go
+		// pclntab) and the caller from the stack-top copy.
+		rs := withStackTop(records(1000))
+		b.ReportAllocs()
+		for b.Loop() {
+			b.StopTimer()
+			c := collect.New(collect.Options{Frequency: 99})
+			c.Add(rs[0]) // reads the maps and the unwind table
+			b.StartTimer()
+			for _, r := range rs[1:] {
+				c.Add(r)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(len(rs)-1)), "ns/sample")
+	})
 	b.Run("add/1000", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

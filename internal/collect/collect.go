@@ -19,9 +19,9 @@ import (
 
 // LeafFixer recovers the return address a frame-pointer walk lost because
 // the sampled function had not set up (or had already torn down) its
-// frame. openPath is a readable path of the file mapped at m.
+// frame. m is p's mapping of ip, a file (p.OpenPath(m) reads it).
 type LeafFixer interface {
-	RecoverCaller(openPath string, m *proc.Mapping, ip, sp uint64, stackTop []byte) (ra uint64, ok bool)
+	RecoverCaller(p *proc.Process, m *proc.Mapping, ip, sp uint64, stackTop []byte) (ra uint64, ok bool)
 }
 
 // KernelSymbols resolves kernel addresses to frames of the kernel image or
@@ -122,7 +122,7 @@ func (c *Collector) Add(r *sampler.Record) {
 	recovered := false
 	if c.opts.Leaf != nil && len(user) > 0 && r.UserSP != 0 && len(r.StackTop) > 0 {
 		if m := p.Find(r.UserIP); m != nil && !m.Anonymous() {
-			if ra, ok := c.opts.Leaf.RecoverCaller(p.OpenPath(m), m, r.UserIP, r.UserSP, r.StackTop); ok && (len(user) < 2 || user[1] != ra) {
+			if ra, ok := c.opts.Leaf.RecoverCaller(p, m, r.UserIP, r.UserSP, r.StackTop); ok && (len(user) < 2 || user[1] != ra) {
 				fixed := make([]uint64, 0, len(user)+1)
 				fixed = append(fixed, user[0], ra)
 				user = append(fixed, user[1:]...)

@@ -22,10 +22,14 @@ import (
 type CFILeafFixer struct {
 	Tables *unwind.Cache
 
-	// byMapping remembers the table of each mapping, so a sample costs a
+	mu sync.Mutex
+	// byMapping remembers the table of each mapping, so a new ip costs a
 	// map lookup instead of a file open.
-	mu        sync.Mutex
 	byMapping map[leafKey]leafEntry
+	// rules remembers the rule at each sampled ip of a mapping: samples
+	// repeat a small set of hot ips, and a hit skips the address
+	// translation and the table's two searches.
+	rules map[ruleKey]unwind.Rule
 }
 
 type leafKey struct {
@@ -33,34 +37,65 @@ type leafKey struct {
 	inode, start uint64
 }
 
+type ruleKey struct {
+	leafKey
+	ip uint64
+}
+
 type leafEntry struct {
 	progs []*elf.Prog
 	table *unwind.Table
 }
 
-// maxLeafEntries bounds byMapping; it is dropped and refilled past that.
-const maxLeafEntries = 16384
+// maxLeafEntries bounds byMapping and maxRules rules; each is dropped and
+// refilled past its bound.
+const (
+	maxLeafEntries = 16384
+	maxRules       = 65536
+)
 
 // RecoverCaller implements LeafFixer.
-func (f *CFILeafFixer) RecoverCaller(openPath string, m *proc.Mapping, ip, sp uint64, stackTop []byte) (uint64, bool) {
-	e, ok := f.entry(openPath, m)
+func (f *CFILeafFixer) RecoverCaller(p *proc.Process, m *proc.Mapping, ip, sp uint64, stackTop []byte) (uint64, bool) {
+	return unwind.RecoverCaller(f.rule(p, m, ip), sp, stackTop)
+}
+
+// rule returns the CFA rule at ip, Unknown when there is none.
+func (f *CFILeafFixer) rule(p *proc.Process, m *proc.Mapping, ip uint64) unwind.Rule {
+	k := ruleKey{leafKey{m.Dev, m.Inode, m.Start}, ip}
+	f.mu.Lock()
+	r, ok := f.rules[k]
+	f.mu.Unlock()
+	if ok {
+		return r
+	}
+	r = f.lookup(p, m, k.leafKey, ip)
+	f.mu.Lock()
+	if f.rules == nil || len(f.rules) >= maxRules {
+		f.rules = map[ruleKey]unwind.Rule{}
+	}
+	f.rules[k] = r
+	f.mu.Unlock()
+	return r
+}
+
+func (f *CFILeafFixer) lookup(p *proc.Process, m *proc.Mapping, k leafKey, ip uint64) unwind.Rule {
+	e, ok := f.entry(p, m, k)
 	if !ok {
-		return 0, false
+		return unwind.Rule{}
 	}
 	pm := profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}
 	vaddr, ok := symbolize.VirtualAddress(e.progs, &pm, ip)
 	if !ok {
-		return 0, false
+		return unwind.Rule{}
 	}
 	rule, err := e.table.RuleAt(vaddr)
 	if err != nil {
-		return 0, false
+		return unwind.Rule{}
 	}
-	return unwind.RecoverCaller(rule, sp, stackTop)
+	return rule
 }
 
-func (f *CFILeafFixer) entry(openPath string, m *proc.Mapping) (leafEntry, bool) {
-	k := leafKey{m.Dev, m.Inode, m.Start}
+func (f *CFILeafFixer) entry(p *proc.Process, m *proc.Mapping, k leafKey) (leafEntry, bool) {
 	f.mu.Lock()
 	e, ok := f.byMapping[k]
 	f.mu.Unlock()
@@ -68,7 +103,7 @@ func (f *CFILeafFixer) entry(openPath string, m *proc.Mapping) (leafEntry, bool)
 		return e, e.table != nil
 	}
 	// A failure is remembered too (nil table): one attempt per mapping.
-	e = f.load(openPath)
+	e = f.load(p.OpenPath(m))
 	f.mu.Lock()
 	if f.byMapping == nil || len(f.byMapping) >= maxLeafEntries {
 		f.byMapping = map[leafKey]leafEntry{}
