@@ -18,8 +18,10 @@ import (
 type bench struct {
 	root                                 string
 	spanprof, chain, pingpong, fanout    string
+	reference                            string
 	tmp                                  string
 	rounds, instances, calls, pingSecs   int
+	slowRounds                           int
 	scaleSecs, agentScaleSecs, agentSecs int
 	phases                               map[string]bool
 	log                                  *os.File
@@ -40,7 +42,11 @@ func main() {
 	flag.StringVar(&b.spanprof, "spanprof", "bin/spanprof", "spanprof binary")
 	flag.IntVar(&b.rounds, "rounds", 3, "interleaved rounds of every comparison")
 	flag.IntVar(&b.instances, "instances", 2, "chain-clang instances at once (one per CPU)")
-	flag.IntVar(&b.calls, "calls", 40000, "chain-clang fixed-mode calls per instance")
+	flag.StringVar(&b.reference, "reference", "", "another spanprof binary measured in the same slowdown rounds (before/after)")
+	flag.IntVar(&b.slowRounds, "slowdown-rounds", 5, "interleaved rounds of the slowdown phase")
+	// About 5.5 s per instance on a quiet machine: long enough that a 1 %
+	// slowdown (55 ms) stands above the start-up jitter of a run.
+	flag.IntVar(&b.calls, "calls", 200000, "chain-clang fixed-mode calls per instance")
 	flag.IntVar(&b.pingSecs, "pingpong-seconds", 3, "pingpong run per measurement")
 	flag.IntVar(&b.scaleSecs, "scale-seconds", 10, "window of each cost-growth point")
 	flag.IntVar(&b.agentScaleSecs, "agent-scale-seconds", 30, "agent window with 200 processes")
@@ -81,6 +87,9 @@ func (b *bench) run(out string) error {
 		}
 	}
 	b.spanprof, _ = filepath.Abs(b.spanprof)
+	if b.reference != "" {
+		b.reference, _ = filepath.Abs(b.reference)
+	}
 	b.chain = filepath.Join(b.root, "testdata/fixtures/build/chain-clang")
 	b.pingpong = filepath.Join(b.root, "testdata/offcpu/build/pingpong")
 	b.fanout = filepath.Join(b.root, "testdata/bench/build/fanout")
@@ -149,11 +158,11 @@ func (b *bench) runMicro() {
 // runSlowdown runs every profiler once per round, in an order rotated by
 // round so no profiler always follows the same one.
 func (b *bench) runSlowdown() error {
-	profs := profilers(b.spanprof)
-	for r := range b.rounds {
+	profs := profilers(b.spanprof, b.reference)
+	for r := range b.slowRounds {
 		for i := range profs {
 			k := (i + r) % len(profs)
-			b.logf("slowdown round %d/%d: %s", r+1, b.rounds, profs[k].name)
+			b.logf("slowdown round %d/%d: %s", r+1, b.slowRounds, profs[k].name)
 			row, err := b.measureSlowdown(profs[k], r, i)
 			if err != nil {
 				return fmt.Errorf("%s: %w", profs[k].name, err)

@@ -19,8 +19,11 @@ type profiler struct {
 
 const settle = 1500 * time.Millisecond
 
-func profilers(bin string) []profiler {
-	return []profiler{
+// profilers lists the configurations of the slowdown phase. reference,
+// if set, is another spanprof build measured in the same rounds, for a
+// before/after comparison that shares the machine's noise.
+func profilers(bin, reference string) []profiler {
+	profs := []profiler{
 		{name: "baseline"},
 		{name: "perf record -g", stop: syscall.SIGTERM, args: func(tmp string) []string {
 			return []string{"perf", "record", "-F", "999", "-g", "-a", "-q", "-o", filepath.Join(tmp, "perf.data")}
@@ -41,6 +44,13 @@ func profilers(bin string) []profiler {
 			return []string{offcputimePath, "3600"}
 		}},
 	}
+	if reference != "" {
+		profs = append(profs, profiler{name: "spanprof (reference build)", ready: "spanprof: recording", stop: syscall.SIGTERM, spanprof: true,
+			args: func(tmp string) []string {
+				return []string{reference, "record", "--all", "--frequency", "999", "--duration", "1h", "--output", filepath.Join(tmp, "reference.pb.gz")}
+			}})
+	}
+	return profs
 }
 
 var offcputimePath = "/usr/sbin/offcputime"

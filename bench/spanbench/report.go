@@ -81,11 +81,9 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 // time per run, and spanprof's own CPU and memory.
 func (b *bench) slowdownTable() string {
 	var sb strings.Builder
-	base := b.med("baseline", func(r slowRow) float64 { return r.chainNs })
-	basePing := b.med("baseline", func(r slowRow) float64 { return r.pingNs })
-	fmt.Fprintf(&sb, "| profiler | chain elapsed (ms) | chain slowdown | pingpong ns/round | pingpong slowdown | eBPF ns/sample | eBPF ns/switch | profiler CPU in window (ms) | CPU total (ms) | samples | CPU µs/sample | VmHWM (MiB) |\n")
+	fmt.Fprintf(&sb, "| profiler | chain elapsed (ms) | chain slowdown, paired: median (min … max) | pingpong ns/round | pingpong slowdown, paired | eBPF ns/sample | eBPF ns/switch | profiler CPU in window (ms) | CPU total (ms) | samples | CPU µs/sample | VmHWM (MiB) |\n")
 	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, p := range profilers("") {
+	for _, p := range profilers("", b.reference) {
 		name := p.name
 		chain := b.med(name, func(r slowRow) float64 { return r.chainNs })
 		ping := b.med(name, func(r slowRow) float64 { return r.pingNs })
@@ -101,8 +99,13 @@ func (b *bench) slowdownTable() string {
 			}
 			return float64(r.cpuTotal.Microseconds()) / float64(r.samples)
 		})
+		chainSlow, pingSlow := "–", "–"
+		if name != "baseline" {
+			chainSlow = spreadOf(values(b.pairedSlowdowns(name, func(r slowRow) float64 { return r.chainNs }))).pct()
+			pingSlow = spreadOf(values(b.pairedSlowdowns(name, func(r slowRow) float64 { return r.pingNs }))).pct()
+		}
 		fmt.Fprintf(&sb, "| %s | %.0f | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", name,
-			chain/1e6, pct(chain/base-1), ping, pct(ping/basePing-1),
+			chain/1e6, chainSlow, ping, pingSlow,
 			num(ns, "%.0f"), num(sw, "%.0f"), num(cw, "%.0f"), num(ct, "%.0f"), num(samples, "%.0f"), num(per, "%.1f"), num(hwm, "%.1f"))
 	}
 	return sb.String()
@@ -128,11 +131,13 @@ func (b *bench) ratios() string {
 	}
 	fmt.Fprintf(&sb, "| bar | measured (medians) | limit | verdict |\n|---|---|---|---|\n")
 	if len(b.slow) > 0 {
-		base := b.med("baseline", func(r slowRow) float64 { return r.chainNs })
-		sd := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.chainNs })/base - 1 }
-		sp, pf := sd("spanprof"), sd("perf record -g")
-		bar("workload slowdown at 999 Hz, spanprof / perf record -g", sp/pf, 0.5,
-			fmt.Sprintf("%s / %s = %.2f", pct(sp), pct(pf), sp/pf))
+		chain := func(r slowRow) float64 { return r.chainNs }
+		ratio, _, text := b.slowdownRatio("spanprof", "perf record -g", chain)
+		bar("workload slowdown at 999 Hz, spanprof / perf record -g (chain, paired by round: median (min … max))", ratio, 0.5, text)
+		if b.reference != "" {
+			ratio, _, text := b.slowdownRatio("spanprof (reference build)", "perf record -g", chain)
+			bar("same, the reference build (-reference)", ratio, 0.5, text)
+		}
 		ns := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.sample.nsPerRun() }) }
 		bar("eBPF ns per on-CPU sample, spanprof / bpftrace", ns("spanprof")/ns("bpftrace"), 0.5,
 			fmt.Sprintf("%.0f / %.0f ns = %.2f", ns("spanprof"), ns("bpftrace"), ns("spanprof")/ns("bpftrace")))
@@ -195,7 +200,8 @@ func (b *bench) summary() string {
 	sb.WriteString("\nQuality bars (SPEC.md), medians of interleaved rounds:\n\n")
 	sb.WriteString(b.ratios())
 	if len(b.slow) > 0 {
-		fmt.Fprintf(&sb, "\nWorkloads (%d rounds, medians):\n\n%s", b.rounds, b.slowdownTable())
+		fmt.Fprintf(&sb, "\nWorkloads (%d rounds, medians; slowdowns paired by round):\n\n%s", b.slowRounds, b.slowdownTable())
+		fmt.Fprintf(&sb, "\nChain slowdown by round:\n\n%s\nNoise: %s.\n", b.perRoundTable(), b.noise(func(r slowRow) float64 { return r.chainNs }))
 	}
 	return sb.String()
 }
@@ -210,10 +216,11 @@ func (b *bench) report() string {
 	sb.WriteString("## Quality bars\n\n" + b.ratios() + "\n")
 	if len(b.slow) > 0 {
 		fmt.Fprintf(&sb, "## Workloads under each profiler\n\n%d × chain-clang fixed mode (%d calls) at once, then pingpong for %d s; "+
-			"%d rounds, profiler order rotated per round; medians. eBPF times from `kernel.bpf_stats_enabled` over the chain phase (per sample) "+
+			"%d rounds, profiler order rotated per round; medians. A slowdown is taken per round against that round's baseline run, then given as the median over rounds with its range (min … max). eBPF times from `kernel.bpf_stats_enabled` over the chain phase (per sample) "+
 			"and the pingpong phase (per switch), for the programs the profiler's own process holds. Profiler CPU: utime+stime while the workloads ran, "+
 			"and in total (spanprof record symbolizes and writes at exit). Samples: what spanprof wrote.\n\n%s\n",
-			b.instances, b.calls, b.pingSecs, b.rounds, b.slowdownTable())
+			b.instances, b.calls, b.pingSecs, b.slowRounds, b.slowdownTable())
+		fmt.Fprintf(&sb, "Chain slowdown by round (against the same round's baseline):\n\n%s\nNoise: %s.\n\n", b.perRoundTable(), b.noise(func(r slowRow) float64 { return r.chainNs }))
 	}
 	if len(b.offcpu) > 0 {
 		sb.WriteString("## bench/offcpu.sh (spanprof and offcputime on the same switches)\n\n")

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// TestSlowdownPairedByRound checks that a slowdown is taken against the
+// baseline of its own round, so a round where the whole machine was slow
+// does not read as profiler cost, and that rounds missing a run are left
+// out rather than paired with another round.
+func TestSlowdownPairedByRound(t *testing.T) {
+	row := func(round int, prof string, ms float64) slowRow {
+		return slowRow{round: round, prof: prof, chainNs: ms * 1e6}
+	}
+	b := &bench{slow: []slowRow{
+		row(0, "baseline", 1000), row(0, "spanprof", 1010), row(0, "perf record -g", 1040),
+		// The machine was twice as slow in this round.
+		row(1, "spanprof", 2040), row(1, "baseline", 2000), row(1, "perf record -g", 2080),
+		row(2, "baseline", 1000), row(2, "perf record -g", 1100),
+		row(3, "spanprof", 5000), // no baseline in this round
+	}}
+	chain := func(r slowRow) float64 { return r.chainNs }
+	tests := []struct {
+		name string
+		want map[int]float64
+	}{
+		{"spanprof", map[int]float64{0: 0.01, 1: 0.02}},
+		{"perf record -g", map[int]float64{0: 0.04, 1: 0.04, 2: 0.10}},
+	}
+	for _, tt := range tests {
+		got := b.pairedSlowdowns(tt.name, chain)
+		if len(got) != len(tt.want) {
+			t.Fatalf("%s: slowdowns %v, want %v", tt.name, got, tt.want)
+		}
+		for round, w := range tt.want {
+			if math.Abs(got[round]-w) > 1e-9 {
+				t.Errorf("%s round %d: %.4f, want %.4f", tt.name, round, got[round], w)
+			}
+		}
+	}
+	ratio, perRound, text := b.slowdownRatio("spanprof", "perf record -g", chain)
+	// Medians: spanprof 1.5 %, perf 4 %; per round 0.25 and 0.5.
+	if math.Abs(ratio-0.375) > 1e-9 || math.Abs(perRound.lo-0.25) > 1e-9 || math.Abs(perRound.hi-0.5) > 1e-9 {
+		t.Fatalf("ratio %.3f, per round %+v", ratio, perRound)
+	}
+	if !strings.Contains(text, "+1.5 % (+1.0 % … +2.0 %)") {
+		t.Errorf("text %q does not show the spanprof spread", text)
+	}
+	if n := b.noise(chain); !strings.Contains(n, "range of 100.0 %") {
+		t.Errorf("noise %q: the baseline went from 1000 to 2000 ms", n)
+	}
+}
