@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -38,6 +39,8 @@ type Config struct {
 	Export          Export        `yaml:"export"`
 	// Symbolization says where symbols come from.
 	Symbolization Symbolization `yaml:"symbolization"`
+	// Memory tunes the agent's Go runtime.
+	Memory Memory `yaml:"memory"`
 	// MetricsListen is the address of /metrics and /healthz; empty
 	// disables the server.
 	MetricsListen string `yaml:"metrics_listen"`
@@ -116,6 +119,27 @@ type Symbolization struct {
 	// DebugDirs are searched for separate debug files before
 	// /usr/lib/debug.
 	DebugDirs []string `yaml:"debug_dirs"`
+	// DWARFCacheDir keeps compressed DWARF of debug files (libc6-dbg's)
+	// decompressed on disk, up to 256 MiB, so that the agent holds it in
+	// memory only while a report needs it and reads it back instead of
+	// inflating it again. Empty keeps none. Default: spanprof-dwarf in
+	// the temporary directory.
+	DWARFCacheDir string `yaml:"dwarf_cache_dir"`
+}
+
+// Memory tunes the Go runtime of the agent. GOGC and GOMEMLIMIT in the
+// environment take precedence.
+type Memory struct {
+	// GCPercent is how far, in percent, the heap may grow over the live
+	// data before a collection (GOGC). The agent's garbage comes in a
+	// burst at each report, on a small live heap: 50 (Go's default is
+	// 100) keeps the peak lower for little CPU. Default 50.
+	GCPercent int `yaml:"gc_percent"`
+	// LimitMiB is a soft limit on the Go runtime's memory (GOMEMLIMIT),
+	// in MiB; 0 sets none. Below what the agent needs live, the garbage
+	// collector runs continuously (up to half the CPU): set it with room
+	// over the spanprof_go_memstats figures of your workload.
+	LimitMiB int `yaml:"limit_mib"`
 }
 
 // Default returns the configuration used where nothing is said.
@@ -133,7 +157,8 @@ func Default() Config {
 			Retry:           Retry{InitialInterval: time.Second, MaxInterval: 30 * time.Second, MaxElapsed: 5 * time.Minute},
 			ShutdownTimeout: 5 * time.Second,
 		},
-		Symbolization: Symbolization{Mode: "local"},
+		Symbolization: Symbolization{Mode: "local", DWARFCacheDir: filepath.Join(os.TempDir(), "spanprof-dwarf")},
+		Memory:        Memory{GCPercent: 50},
 		MetricsListen: "127.0.0.1:9464",
 		LogLevel:      "info",
 	}
@@ -165,6 +190,12 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func (c *Config) Validate() error {
 	if c.Frequency < 1 || c.Frequency > 100000 {
 		return fmt.Errorf("frequency %d out of range 1..100000", c.Frequency)
+	}
+	if c.Memory.GCPercent < 10 || c.Memory.GCPercent > 1000 {
+		return fmt.Errorf("memory gc_percent %d out of range 10..1000", c.Memory.GCPercent)
+	}
+	if c.Memory.LimitMiB < 0 {
+		return fmt.Errorf("memory limit_mib %d is negative", c.Memory.LimitMiB)
 	}
 	if c.GoWaitFrequency < 0 || c.GoWaitFrequency > 1000 {
 		return fmt.Errorf("go_wait_frequency %d out of range 0..1000", c.GoWaitFrequency)

@@ -54,6 +54,10 @@ symbolization:
   mode: local
   debuginfod_urls: [https://debuginfod.example.org]
   debug_dirs: [/srv/debug]
+  dwarf_cache_dir: /var/cache/spanprof
+memory:
+  gc_percent: 80
+  limit_mib: 96
 go_wait_frequency: 7
 metrics_listen: 0.0.0.0:9999
 host_name: node-1
@@ -83,7 +87,9 @@ func TestParseArgsFile(t *testing.T) {
 			Retry:           Retry{InitialInterval: 2 * time.Second, MaxInterval: 20 * time.Second, MaxElapsed: time.Minute},
 			ShutdownTimeout: 9 * time.Second,
 		},
-		Symbolization: Symbolization{Mode: "local", DebuginfodURLs: []string{"https://debuginfod.example.org"}, DebugDirs: []string{"/srv/debug"}},
+		Symbolization: Symbolization{Mode: "local", DebuginfodURLs: []string{"https://debuginfod.example.org"}, DebugDirs: []string{"/srv/debug"},
+			DWARFCacheDir: "/var/cache/spanprof"},
+		Memory:        Memory{GCPercent: 80, LimitMiB: 96},
 		MetricsListen: "0.0.0.0:9999",
 		HostName:      "node-1",
 		LogLevel:      "debug",
@@ -206,6 +212,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{"bad yaml", nil, nil, "export: [\n", "parse config"},
 		{"wrong type", nil, nil, "frequency: fast\n", "parse config"},
 		{"queue size", nil, nil, "export:\n  queue_size: 0\n", "queue size must be at least 1"},
+		{"gc percent", nil, nil, "memory:\n  gc_percent: 5\n", "gc_percent 5 out of range"},
+		{"memory limit", nil, nil, "memory:\n  limit_mib: -1\n", "limit_mib -1 is negative"},
 		{"missing file", []string{"--config", "/nonexistent.yaml"}, nil, "", "read config"},
 		{"argument", []string{"extra"}, nil, "", `unexpected argument "extra"`},
 		{"debuginfod url", nil, map[string]string{"SPANPROF_DEBUGINFOD_URLS": "debuginfod.example.org"}, "", "want http:// or https://"},

@@ -29,7 +29,8 @@ func newSymbolization(cfg Symbolization, log *slog.Logger, reg prometheus.Regist
 		return nil, err
 	}
 	s := &symbolization{mode: mode, perfMaps: perfmap.New(perfmap.Options{})}
-	opts := symbolize.Options{Mode: mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug")}
+	opts := symbolize.Options{Mode: mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug"),
+		DWARFSpillDir: cfg.DWARFCacheDir}
 	if mode == symbolize.ModeFull {
 		urls := cfg.DebuginfodURLs
 		if len(urls) == 0 {

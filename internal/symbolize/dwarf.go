@@ -85,6 +85,8 @@ var dwarfSections = []string{"abbrev", "info", "str", "line", "ranges", "addr", 
 type sections struct {
 	m     map[string][]byte
 	bytes int
+	// compressed is set when any of them was compressed in the file.
+	compressed bool
 }
 
 // readSections reads dwarfSections of ef, decompressing them.
@@ -102,6 +104,7 @@ func readSections(ef *elf.File) (*sections, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", s.Name, err)
 		}
+		secs.compressed = secs.compressed || s.Flags&elf.SHF_COMPRESSED != 0 || strings.HasPrefix(s.Name, ".zdebug_")
 		secs.m[name] = b
 		secs.bytes += len(b)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"sync"
 )
@@ -30,6 +31,9 @@ type lazyDWARF struct {
 	path  string
 	st    fileStat
 	order binary.ByteOrder
+	// spill is the file holding the decompressed sections, read instead
+	// of inflating path's again; empty without one.
+	spill string
 	// keep holds the section data for good: it is small, and the file
 	// may be a /proc/PID path that goes away with the process.
 	keep  bool
@@ -68,11 +72,18 @@ const (
 	maxUnitTableBytes = 2 << 20
 )
 
+// spillOptions say where compressed DWARF is kept decompressed on disk;
+// an empty dir keeps none.
+type spillOptions struct {
+	dir      string
+	maxBytes int64
+}
+
 // newLazyDWARF indexes the compile units of ef, which is the file at path
 // (version st). It returns nil, nil when ef has no DWARF lines. The
 // section data stays loaded until trim, so the lookups that caused the
 // open do not load it again.
-func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats) (*lazyDWARF, error) {
+func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats, spill spillOptions) (*lazyDWARF, error) {
 	if ef.Section(".debug_info") == nil || ef.Section(".debug_line") == nil {
 		return nil, nil
 	}
@@ -94,6 +105,13 @@ func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats) (*lazyDWARF,
 	}
 	if len(l.units) == 0 {
 		return nil, nil
+	}
+	if secs.compressed && !l.keep && spill.dir != "" {
+		name := spillName(path, st)
+		if err := writeSpill(spill.dir, name, secs, spill.maxBytes); err == nil {
+			l.spill = filepath.Join(spill.dir, name)
+		}
+		// Without a spill file the sections are inflated again instead.
 	}
 	return l, nil
 }
@@ -414,6 +432,13 @@ func (l *lazyDWARF) loadLocked() bool {
 }
 
 func (l *lazyDWARF) reload() error {
+	if l.spill != "" {
+		secs, err := readSpill(l.spill)
+		if err == nil {
+			return l.setSections(secs)
+		}
+		l.spill = "" // gone or damaged: read the debug file itself
+	}
 	st, err := statFile(l.path)
 	if err != nil {
 		return err
@@ -430,6 +455,11 @@ func (l *lazyDWARF) reload() error {
 	if err != nil {
 		return fmt.Errorf("reload DWARF of %s: %w", l.path, err)
 	}
+	return l.setSections(secs)
+}
+
+// setSections makes secs the loaded data.
+func (l *lazyDWARF) setSections(secs *sections) error {
 	if l.whole {
 		d, err := secs.data(secs.m["info"])
 		if err != nil {

@@ -43,13 +43,32 @@ func TestLibcDebugFileTrim(t *testing.T) {
 			second = append(second, a)
 		}
 	}
-	s := New(nil, Options{})
+	for _, tt := range []struct {
+		name  string
+		spill bool
+	}{{"inflate again", false}, {"spill file", true}} {
+		t.Run(tt.name, func(t *testing.T) { testLibcTrim(t, first, second, tt.spill) })
+	}
+}
+
+func testLibcTrim(t *testing.T, first, second []uint64, spill bool) {
+	opts := Options{}
+	if spill {
+		opts.DWARFSpillDir = t.TempDir()
+	}
+	s := New(nil, opts)
 	obj, err := s.Open(libc, libc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !obj.HasDWARF() {
 		t.Fatal("no DWARF from the debug file")
+	}
+	if spill {
+		files, _ := filepath.Glob(filepath.Join(opts.DWARFSpillDir, "*.dwarf"))
+		if len(files) != 1 {
+			t.Fatalf("spill files %v, want one", files)
+		}
 	}
 	check := func(addrs []uint64) {
 		t.Helper()
@@ -117,7 +136,7 @@ func TestDWARFUnitsAloneMatchWhole(t *testing.T) {
 			}
 			defer ef.Close()
 			var st stats
-			alone, err := newLazyDWARF(ef, path, fileStat{}, &st)
+			alone, err := newLazyDWARF(ef, path, fileStat{}, &st, spillOptions{})
 			if err != nil || alone == nil {
 				t.Fatalf("newLazyDWARF = %v, %v", alone, err)
 			}

@@ -109,7 +109,8 @@ func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, openPath, dis
 	// Go binaries have file and line in the pclntab; their DWARF would
 	// only cost memory.
 	if o.gotab == nil && s.opts.Mode != ModeNone {
-		di, err := newLazyDWARF(dwarfFile, dwarfPath, dwarfStat, &s.stats)
+		di, err := newLazyDWARF(dwarfFile, dwarfPath, dwarfStat, &s.stats,
+			spillOptions{dir: s.opts.DWARFSpillDir, maxBytes: s.opts.DWARFSpillBytes})
 		if err != nil {
 			s.stats.dwarfErrors.Add(1)
 			s.log.Warn("file and line numbers unavailable", "path", displayPath, "error", err)

@@ -32,6 +32,14 @@ type Options struct {
 	Fetcher DebugFetcher
 	// Mode ModeNone skips DWARF line tables, which nobody will read.
 	Mode Mode
+	// DWARFSpillDir, when set, keeps compressed DWARF decompressed in
+	// files there, so that Trim can release it from memory and a later
+	// lookup reads it back instead of inflating it again. Empty keeps
+	// none: the debug file is inflated on every load.
+	DWARFSpillDir string
+	// DWARFSpillBytes bounds the files in DWARFSpillDir; the least
+	// recently used go first. Zero means 256 MiB.
+	DWARFSpillBytes int64
 }
 
 // Mode says how much symbolization happens on this machine.
@@ -110,6 +118,9 @@ func New(log *slog.Logger, opts Options) *Symbolizer {
 	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = 64 << 20
+	}
+	if opts.DWARFSpillBytes <= 0 {
+		opts.DWARFSpillBytes = 256 << 20
 	}
 	if opts.DebugDirs == nil {
 		opts.DebugDirs = []string{"/usr/lib/debug"}
