@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	applyMemory(cfg.Memory, os.LookupEnv, log)
 
 	sampledPIDs := cfg.Processes.PIDs
 	if len(cfg.Processes.Executables) > 0 {
@@ -105,4 +107,19 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// applyMemory sets the garbage collector's target and the soft memory
+// limit from the configuration, unless GOGC or GOMEMLIMIT set them.
+func applyMemory(m agent.Memory, env agent.LookupEnv, log *slog.Logger) {
+	if v, ok := env("GOGC"); ok {
+		log.Debug("GOGC from the environment", "gogc", v)
+	} else {
+		debug.SetGCPercent(m.GCPercent)
+	}
+	if v, ok := env("GOMEMLIMIT"); ok {
+		log.Debug("GOMEMLIMIT from the environment", "gomemlimit", v)
+	} else if m.LimitMiB > 0 {
+		debug.SetMemoryLimit(int64(m.LimitMiB) << 20)
+	}
 }
