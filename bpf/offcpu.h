@@ -105,7 +105,9 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 	 * ones it will resume with. The value is set at switch-in. */
 	struct user_ctx u = {};
 
-	fill_sample(s, task, pid_tgid, SAMPLE_OFF_CPU, state, 0, &u, 1);
+	fill_sample(s, task, pid_tgid, SAMPLE_OFF_CPU, state, 0);
+	if (task_user_regs(s, task, &u))
+		fill_user(s, &u, 1);
 	p->size = fill_stacks(ctx, s, &u, 1);
 	if (bpf_map_update_elem(&offcpu_pending, &tid, p, BPF_ANY)) {
 		count(CNT_OFFCPU_PENDING_FULL);

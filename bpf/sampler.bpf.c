@@ -196,11 +196,12 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
 	}
 }
 
-/* Bytes of the user stack read at once from the stack pointer. Every
- * bpf_probe_read_user costs about as much as copying a kilobyte here, so
- * the frame-pointer walk reads its frames from this copy and reads user
- * memory again only for frames beyond it. Its first STACK_TOP_BYTES go to
- * user space for the leaf fix-up. */
+/* Bytes of user stack read at once. Every bpf_probe_read_user costs about
+ * as much as copying a kilobyte here (and a faulting one several times
+ * more), so the frame-pointer walk reads the stack from the stack pointer
+ * in chunks of this size and takes its frames from the copies, where
+ * bpf_get_stack reads user memory once per frame. The first STACK_TOP_BYTES
+ * go to user space for the leaf fix-up. */
 #define STACK_SNAP_BYTES 1024
 #define USER_CS_64 0x33 /* __USER_CS: a 64-bit user context */
 
@@ -243,14 +244,29 @@ static __always_inline int task_user_regs(struct stack_sample *s, struct task_st
 	return 1;
 }
 
-/* fill_user copies the stack of the user context in s's registers: one
- * read of STACK_SNAP_BYTES from the stack pointer, or up to the end of
- * its page when the stack ends sooner. */
+/* read_chunk copies STACK_SNAP_BYTES of user stack from addr, or up to
+ * the end of addr's page when the stack ends sooner. Returns the bytes
+ * copied. */
+static __always_inline __u32 read_chunk(struct stack_snap *snap, __u64 addr)
+{
+	__u32 len = STACK_SNAP_BYTES;
+
+	if (bpf_probe_read_user(snap->w, STACK_SNAP_BYTES, (void *)addr)) {
+		len = 4096 - (addr & 4095);
+		if (len > STACK_SNAP_BYTES)
+			len = STACK_SNAP_BYTES;
+		if (bpf_probe_read_user(snap->w, len, (void *)addr))
+			len = 0;
+	}
+	return len;
+}
+
+/* fill_user copies the stack of the user context in s's registers, from
+ * its stack pointer, and gives user space its top for the leaf fix-up. */
 static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u, __u32 snap_idx)
 {
-	__u64 sp = s->user_sp;
-	__u32 len = STACK_SNAP_BYTES;
 	struct stack_snap *snap;
+	__u32 len;
 
 	u->snap = 0;
 	u->snap_len = 0;
@@ -259,13 +275,7 @@ static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u
 	snap = bpf_map_lookup_elem(&snap_scratch, &snap_idx);
 	if (!snap)
 		return;
-	if (bpf_probe_read_user(snap->w, STACK_SNAP_BYTES, (void *)sp)) {
-		len = 4096 - (sp & 4095);
-		if (len > STACK_SNAP_BYTES)
-			len = STACK_SNAP_BYTES;
-		if (bpf_probe_read_user(snap->w, len, (void *)sp))
-			len = 0;
-	}
+	len = read_chunk(snap, s->user_sp);
 	u->snap = snap;
 	u->snap_len = len;
 	if (len >= STACK_TOP_BYTES) {
@@ -276,12 +286,12 @@ static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u
 	}
 }
 
-/* fill_sample writes everything of a sample but its stacks, for the
- * current task: who, when, the user registers and stack, and the trace
- * context it runs in. The user registers are taken from u when its cs is
- * set (a tick that interrupted user code), else from the task. */
+/* fill_sample writes who, when, and the trace context of a sample of the
+ * current task. The user registers and stack come after (fill_user): the
+ * context reads before them keep the verifier from exploring them once
+ * per kind of user context. */
 static __always_inline void fill_sample(struct stack_sample *s, struct task_struct *task, __u64 pid_tgid,
-					__u8 kind, __u8 state, __u64 value, struct user_ctx *u, __u32 snap_idx)
+					__u8 kind, __u8 state, __u64 value)
 {
 	s->ktime_ns = bpf_ktime_get_ns();
 	s->value = value;
@@ -293,17 +303,13 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->state = state;
 	s->pad0 = 0;
 	s->pad1 = 0;
-	if (!u->cs) {
-		s->user_ip = 0;
-		s->user_sp = 0;
-		s->user_bp = 0;
-	}
+	s->user_ip = 0;
+	s->user_sp = 0;
+	s->user_bp = 0;
 	s->stack_top_len = 0;
 	bpf_get_current_comm(s->comm, sizeof(s->comm));
 	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
 	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
-	if (u->cs || task_user_regs(s, task, u))
-		fill_user(s, u, snap_idx);
 	read_trace_context(s, task, pid_tgid);
 }
 
@@ -323,38 +329,57 @@ struct walk_pos {
 	__u64 n;
 };
 
-/* walk_snap follows the frame-pointer chain through the stack copy (len
- * bytes from s->user_sp), like the kernel's perf_callchain_user, until a
- * frame lies outside it. Global functions, this one and walk_mem, are
- * verified once each, whatever the paths into them; one loop each keeps
- * the verifier's paths linear. */
-__noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u32 len, struct walk_pos *pos)
+/* frame_addr reports whether bp can be a frame pointer: aligned and in
+ * user space above page 0. glibc leaves small integers in rbp below main
+ * (rbp is 1 there); reading them would fault, and a faulting read costs
+ * more than the rest of a sample. The kernel's walk reads them anyway. */
+static __always_inline int frame_addr(__u64 bp)
 {
-	__u64 bp, off, w;
-	int i;
+	return bp >= 4096 && !(bp & 7) && bp < (1ULL << 56);
+}
 
-	if (!s || !pos)
+/* The stack a frame chain can span: frames farther above the sampled
+ * stack pointer are read one by one rather than in chunks. */
+#define MAX_STACK_SPAN (8 << 20)
+
+/* Chunks of stack read after the first when the frame chain leaves it:
+ * deep stacks cost one read per kilobyte instead of one per frame. */
+#define EXTRA_CHUNKS 3
+
+/* walk_snap follows the frame-pointer chain, like the kernel's
+ * perf_callchain_user, through a copy of the stack (len bytes from base)
+ * until a frame lies outside it. Global functions, this one and walk_mem,
+ * are verified once each, whatever the paths into them; one loop each
+ * keeps the verifier's paths linear. */
+__noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 base, __u32 len,
+			 struct walk_pos *pos)
+{
+	__u64 bp, off, w, n, idx;
+	int j;
+
+	if (!s || !snap || !pos)
 		return 0;
-	bp = s->user_bp;
-	s->frames[0] = s->user_ip;
-	i = 1;
-	if (snap) {
-		for (; i < MAX_USER_FRAMES; i++) {
-			off = bp - s->user_sp;
-			w = off / 8;
-			if (!bp || (off & 7) || off + 16 > len || w >= STACK_SNAP_BYTES / 8 - 1)
-				break;
-			s->frames[i] = snap->w[w + 1];
-			bp = snap->w[w];
-		}
+	bp = pos->bp;
+	n = pos->n;
+	for (j = 0; j < MAX_USER_FRAMES; j++) {
+		idx = n + j;
+		/* An index, not a pointer stepped along the loop: the
+		 * verifier bounds it by the check below. */
+		barrier_var(idx);
+		off = bp - base;
+		w = off / 8;
+		if (idx >= MAX_USER_FRAMES || !frame_addr(bp) || off + 16 > len ||
+		    w >= STACK_SNAP_BYTES / 8 - 1)
+			break;
+		s->frames[idx] = snap->w[w + 1];
+		bp = snap->w[w];
 	}
 	pos->bp = bp;
-	pos->n = i;
+	pos->n = n + j;
 	return 0;
 }
 
-/* walk_mem continues the walk of walk_snap in user memory, one read per
- * frame. */
+/* walk_mem continues a walk in user memory, one read per frame. */
 __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 {
 	__u64 bp, fr[2], n, idx;
@@ -366,10 +391,9 @@ __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 	n = pos->n;
 	for (j = 0; j < MAX_USER_FRAMES; j++) {
 		idx = n + j;
-		/* An index, not a pointer stepped along the loop: the
-		 * verifier bounds it by the check below. */
 		barrier_var(idx);
-		if (idx >= MAX_USER_FRAMES || !bp || bpf_probe_read_user(fr, sizeof(fr), (void *)bp))
+		if (idx >= MAX_USER_FRAMES || !frame_addr(bp) ||
+		    bpf_probe_read_user(fr, sizeof(fr), (void *)bp))
 			break;
 		s->frames[idx] = fr[1];
 		bp = fr[0];
@@ -379,15 +403,36 @@ __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 }
 
 /* walk_user walks a 64-bit user context's frame pointers and returns the
- * bytes of s->frames it filled. */
-static __always_inline long walk_user(struct stack_sample *s, struct user_ctx *u)
+ * number of frames in s->frames: through the stack copied by fill_user
+ * (snap_len bytes from user_sp), then through further chunks read from the
+ * next frame on, then frame by frame. Global, so verified once. */
+__noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32 snap_len)
 {
 	struct walk_pos pos = {};
+	__u64 before;
+	__u32 len;
 
-	walk_snap(s, u->snap, u->snap_len, &pos);
-	if (pos.bp && pos.n < MAX_USER_FRAMES)
+	if (!s)
+		return 0;
+	pos.bp = s->user_bp;
+	pos.n = 1;
+	s->frames[0] = s->user_ip;
+	if (snap) {
+		walk_snap(s, snap, s->user_sp, snap_len, &pos);
+		for (int c = 0; c < EXTRA_CHUNKS; c++) {
+			if (!frame_addr(pos.bp) || pos.n >= MAX_USER_FRAMES || pos.bp < s->user_sp ||
+			    pos.bp - s->user_sp > MAX_STACK_SPAN)
+				break;
+			len = read_chunk(snap, pos.bp);
+			before = pos.n;
+			walk_snap(s, snap, pos.bp, len, &pos);
+			if (pos.n == before)
+				break; /* a frame the copy cannot hold: go frame by frame */
+		}
+	}
+	if (frame_addr(pos.bp) && pos.n < MAX_USER_FRAMES)
 		walk_mem(s, &pos);
-	return (pos.n < MAX_USER_FRAMES ? pos.n : MAX_USER_FRAMES) * sizeof(__u64);
+	return pos.n < MAX_USER_FRAMES ? pos.n : MAX_USER_FRAMES;
 }
 
 /* fill_stacks walks the user stack, then the kernel stack right after it,
@@ -400,7 +445,7 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 	if (!s->user_ip)
 		n = 0; /* kernel thread */
 	else if (u->cs == USER_CS_64)
-		n = walk_user(s, u);
+		n = walk_user(s, u->snap, u->snap_len) * sizeof(__u64);
 	else /* a 32-bit process: the kernel knows its frame layout */
 		n = bpf_get_stack(ctx, s->frames, MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
 	if (n < 0) {
@@ -443,6 +488,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 	task = bpf_get_current_task_btf();
 
+	fill_sample(s, task, pid_tgid, SAMPLE_ON_CPU, 0, 1);
 	/* The verifier allows only whole-word loads of the context. */
 	cs = *(volatile __u64 *)&ctx->regs.cs;
 	if (cs & 3) {
@@ -451,8 +497,10 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 		s->user_sp = ctx->regs.sp;
 		s->user_bp = ctx->regs.bp;
 		u.cs = cs & 0xffff;
+		fill_user(s, &u, 0);
+	} else if (task_user_regs(s, task, &u)) {
+		fill_user(s, &u, 0);
 	}
-	fill_sample(s, task, pid_tgid, SAMPLE_ON_CPU, 0, 1, &u, 0);
 	size = fill_stacks(ctx, s, &u, (cs & 3) == 0);
 	if (bpf_ringbuf_output(&samples, s, size, wakeup_flags())) {
 		count(CNT_RINGBUF_FULL);
