@@ -27,6 +27,7 @@ type bench struct {
 	log                                  *os.File
 
 	slow    []slowRow
+	side    []sideRow
 	freq    []costRow
 	procs   []costRow
 	agents  []costRow
@@ -51,7 +52,7 @@ func main() {
 	flag.IntVar(&b.scaleSecs, "scale-seconds", 10, "window of each cost-growth point")
 	flag.IntVar(&b.agentScaleSecs, "agent-scale-seconds", 30, "agent window with 200 processes")
 	flag.IntVar(&b.agentSecs, "agent-seconds", 60, "agent CPU window at 99 Hz")
-	flag.StringVar(&phases, "phases", "micro,slowdown,offcpu,growth,agent", "phases to run")
+	flag.StringVar(&phases, "phases", "micro,persample,slowdown,offcpu,growth,agent", "phases to run")
 	flag.StringVar(&out, "out", "out/bench/results.md", "results file")
 	flag.Parse()
 	b.phases = map[string]bool{}
@@ -108,6 +109,9 @@ func (b *bench) run(out string) error {
 	}
 	// A failed phase is reported and the others still run: on a shared
 	// machine one flaky measurement should not void the rest.
+	if b.phases["persample"] {
+		b.phaseErr("persample", b.runPerSample())
+	}
 	if b.phases["slowdown"] {
 		b.phaseErr("slowdown", b.runSlowdown())
 	}

@@ -130,6 +130,12 @@ func (b *bench) ratios() string {
 		fmt.Fprintf(&sb, "| %s | %s | ≤ %g | %s |\n", name, how, limit, verdict)
 	}
 	fmt.Fprintf(&sb, "| bar | measured (medians) | limit | verdict |\n|---|---|---|---|\n")
+	for _, w := range sideWorkloads() {
+		if sp, bt, r, ok := b.perSampleMedians(w.name); ok {
+			bar("eBPF ns per on-CPU sample, spanprof / bpftrace side by side, "+w.name, r, 0.5,
+				fmt.Sprintf("%.0f / %.0f ns, ratio %.2f", sp, bt, r))
+		}
+	}
 	if len(b.slow) > 0 {
 		chain := func(r slowRow) float64 { return r.chainNs }
 		ratio, _, text := b.slowdownRatio("spanprof", "perf record -g", chain)
@@ -139,7 +145,7 @@ func (b *bench) ratios() string {
 			bar("same, the reference build (-reference)", ratio, 0.5, text)
 		}
 		ns := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.sample.nsPerRun() }) }
-		bar("eBPF ns per on-CPU sample, spanprof / bpftrace", ns("spanprof")/ns("bpftrace"), 0.5,
+		bar("eBPF ns per on-CPU sample, spanprof / bpftrace (separate runs of the slowdown phase)", ns("spanprof")/ns("bpftrace"), 0.5,
 			fmt.Sprintf("%.0f / %.0f ns = %.2f", ns("spanprof"), ns("bpftrace"), ns("spanprof")/ns("bpftrace")))
 		sw := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.switches.nsPerRun() }) }
 		bar("eBPF ns per switch, spanprof --off-cpu / offcputime (each alone, pingpong)", sw("spanprof --off-cpu")/sw("offcputime"), 0.1,
@@ -214,6 +220,11 @@ func (b *bench) report() string {
 		sb.WriteString("## Failed phases\n\n```\n" + strings.Join(b.errs, "\n") + "\n```\n\n")
 	}
 	sb.WriteString("## Quality bars\n\n" + b.ratios() + "\n")
+	if len(b.side) > 0 {
+		fmt.Fprintf(&sb, "## eBPF time per on-CPU sample, side by side\n\n%d × each workload at once; `spanprof record --all --frequency 999` and bpftrace `profile:hz:999 { @[kstack, ustack] = count(); }` attached together; "+
+			"run time and count of each one's perf_event programs (`kernel.bpf_stats_enabled`) over the same %v window; %d rounds.\n\n%s\n",
+			b.instances, sideWindow, b.rounds, b.perSampleTable())
+	}
 	if len(b.slow) > 0 {
 		fmt.Fprintf(&sb, "## Workloads under each profiler\n\n%d × chain-clang fixed mode (%d calls) at once, then pingpong for %d s; "+
 			"%d rounds, profiler order rotated per round; medians. A slowdown is taken per round against that round's baseline run, then given as the median over rounds with its range (min … max). eBPF times from `kernel.bpf_stats_enabled` over the chain phase (per sample) "+

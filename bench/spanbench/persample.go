@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// sideRow is one window of spanprof and bpftrace sampling the same
+// workload at the same time: eBPF time per sample of each.
+type sideRow struct {
+	workload      string
+	round         int
+	spanprof, bpf progStat
+}
+
+func (r sideRow) ratio() float64 {
+	if r.bpf.nsPerRun() == 0 {
+		return 0
+	}
+	return r.spanprof.nsPerRun() / r.bpf.nsPerRun()
+}
+
+// sideWorkload is a CPU-bound frame-pointer workload of the per-sample
+// phase, two instances at once (one per CPU).
+type sideWorkload struct {
+	name string
+	args func(b *bench) []string
+}
+
+func sideWorkloads() []sideWorkload {
+	return []sideWorkload{
+		{"chain-clang, 9 frames", func(b *bench) []string {
+			return []string{b.chain, "100000000", os.DevNull, "fixed"}
+		}},
+		{"deep, 49 frames", func(b *bench) []string {
+			return []string{filepath.Join(b.root, "testdata/bench/build/deep"), "40", "100000000"}
+		}},
+	}
+}
+
+// sideWindow is the measured window; both profilers are attached for all
+// of it, so machine noise hits both alike.
+const sideWindow = 4 * time.Second
+
+// runPerSample measures eBPF time per on-CPU sample of spanprof against
+// bpftrace's generic stack sampler with both attached at once to the same
+// workload, over the same window. Measured apart, the two runs see
+// different machine load; side by side, only the programs differ.
+func (b *bench) runPerSample() error {
+	for round := 1; round <= b.rounds; round++ {
+		for _, w := range sideWorkloads() {
+			row, err := b.sideBySide(w, round)
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.name, err)
+			}
+			b.logf("per-sample %s round %d: spanprof %.0f ns, bpftrace %.0f ns, ratio %.2f",
+				w.name, round, row.spanprof.nsPerRun(), row.bpf.nsPerRun(), row.ratio())
+			b.side = append(b.side, row)
+		}
+	}
+	return nil
+}
+
+func (b *bench) sideBySide(w sideWorkload, round int) (sideRow, error) {
+	row := sideRow{workload: w.name, round: round}
+	var work []*proc
+	defer func() {
+		for _, p := range work {
+			p.kill()
+		}
+	}()
+	for range b.instances {
+		a := w.args(b)
+		p, err := start(a[0], a[1:]...)
+		if err != nil {
+			return row, err
+		}
+		work = append(work, p)
+	}
+	sp, err := launch(profiler{name: "spanprof", ready: "spanprof: recording", args: func(tmp string) []string {
+		return []string{b.spanprof, "record", "--all", "--frequency", "999", "--duration", "1h", "--output", filepath.Join(tmp, "side.pb.gz")}
+	}}, b.tmp)
+	if err != nil {
+		return row, err
+	}
+	defer sp.stop(syscall.SIGTERM, 60*time.Second)
+	bt, err := launch(profiler{name: "bpftrace", ready: "Attaching", args: func(string) []string {
+		return []string{"bpftrace", "-e", "profile:hz:999 { @[kstack, ustack] = count(); }"}
+	}}, b.tmp)
+	if err != nil {
+		return row, err
+	}
+	// bpftrace prints and symbolizes its whole map on SIGTERM.
+	defer bt.kill()
+	spIDs, btIDs := progIDs(sp.pid()), progIDs(bt.pid())
+	sp0, bt0 := readStats(spIDs, kindSample), readStats(btIDs, kindSample)
+	time.Sleep(sideWindow)
+	row.spanprof = readStats(spIDs, kindSample).sub(sp0)
+	row.bpf = readStats(btIDs, kindSample).sub(bt0)
+	if row.spanprof.runs == 0 || row.bpf.runs == 0 {
+		return row, fmt.Errorf("no samples in the window (spanprof %d, bpftrace %d runs)", row.spanprof.runs, row.bpf.runs)
+	}
+	return row, nil
+}
+
+// perSampleTable lists every window, then medians per workload.
+func (b *bench) perSampleTable() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "| workload | round | spanprof ns/sample | bpftrace ns/sample | ratio | samples (spanprof / bpftrace) |\n|---|---|---|---|---|---|\n")
+	for _, r := range b.side {
+		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.2f | %d / %d |\n", r.workload, r.round,
+			r.spanprof.nsPerRun(), r.bpf.nsPerRun(), r.ratio(), r.spanprof.runs, r.bpf.runs)
+	}
+	return sb.String()
+}
+
+// perSampleMedians gives, per workload, the medians of spanprof's and
+// bpftrace's ns per sample and of the per-window ratio.
+func (b *bench) perSampleMedians(workload string) (sp, bt, ratio float64, ok bool) {
+	var s, t, r []float64
+	for _, row := range b.side {
+		if row.workload == workload {
+			s, t, r = append(s, row.spanprof.nsPerRun()), append(t, row.bpf.nsPerRun()), append(r, row.ratio())
+		}
+	}
+	if len(r) == 0 {
+		return 0, 0, 0, false
+	}
+	return median(s), median(t), median(r), true
+}
