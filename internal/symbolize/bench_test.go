@@ -222,6 +222,9 @@ func libcDebugAddrs(b *testing.B, n int) []uint64 {
 // (libc6-dbg, compressed DWARF) and symbolizes 200 addresses: the cost of
 // the first profile that holds libc frames, and the heap the object keeps
 // afterwards (after Trim, as the agent calls it after every report).
+// With a spill directory, the decompressed DWARF is written once (the
+// first iteration) and read from there by the others, as by an agent
+// restarted on the same host.
 func BenchmarkLibcDebugFile(b *testing.B) {
 	id, err := Identify(libc)
 	if err != nil {
@@ -231,27 +234,39 @@ func BenchmarkLibcDebugFile(b *testing.B) {
 		b.Skipf("no libc debug file (libc6-dbg): %v", err)
 	}
 	addrs := libcDebugAddrs(b, 200)
-	var kept float64
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		s := New(nil, Options{})
-		obj, err := s.Open(libc, libc)
-		if err != nil {
-			b.Fatal(err)
+	for _, spill := range []bool{false, true} {
+		name := "inflate"
+		if spill {
+			name = "spill"
 		}
-		if !obj.HasDWARF() {
-			b.Fatal("no DWARF from the debug file")
-		}
-		for _, a := range addrs {
-			obj.LookupInlined(a, nil)
-		}
-		s.Trim()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		kept = float64(after.HeapAlloc) - float64(before.HeapAlloc)
-		runtime.KeepAlive(obj)
+		b.Run(name, func(b *testing.B) {
+			opts := Options{}
+			if spill {
+				opts.DWARFSpillDir = b.TempDir()
+			}
+			var kept float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				s := New(nil, opts)
+				obj, err := s.Open(libc, libc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !obj.HasDWARF() {
+					b.Fatal("no DWARF from the debug file")
+				}
+				for _, a := range addrs {
+					obj.LookupInlined(a, nil)
+				}
+				s.Trim()
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				kept = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+				runtime.KeepAlive(obj)
+			}
+			b.ReportMetric(kept/(1<<20), "MiB-kept")
+		})
 	}
-	b.ReportMetric(kept/(1<<20), "MiB-kept")
 }

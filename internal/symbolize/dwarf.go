@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strings"
 
@@ -85,26 +84,20 @@ var dwarfSections = []string{"abbrev", "info", "str", "line", "ranges", "addr", 
 type sections struct {
 	m     map[string][]byte
 	bytes int
-	// compressed is set when any of them was compressed in the file.
-	compressed bool
 }
 
 // readSections reads dwarfSections of ef, decompressing them.
 func readSections(ef *elf.File) (*sections, error) {
 	secs := &sections{m: map[string][]byte{}}
 	for _, s := range ef.Sections {
-		name, ok := strings.CutPrefix(s.Name, ".debug_")
+		name, ok := dwarfSectionOf(s)
 		if !ok {
-			name, ok = strings.CutPrefix(s.Name, ".zdebug_")
-		}
-		if !ok || !slices.Contains(dwarfSections, name) || s.Type == elf.SHT_NOBITS {
 			continue
 		}
 		b, err := s.Data()
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", s.Name, err)
 		}
-		secs.compressed = secs.compressed || s.Flags&elf.SHF_COMPRESSED != 0 || strings.HasPrefix(s.Name, ".zdebug_")
 		secs.m[name] = b
 		secs.bytes += len(b)
 	}
@@ -130,8 +123,9 @@ func (s *sections) data(info []byte) (*dwarf.Data, error) {
 }
 
 // unitTables builds the line and inline tables of the compile unit whose
-// entry is at off.
-func unitTables(d *dwarf.Data, off dwarf.Offset) (*debugInfo, error) {
+// entry is at off; rebase says its line program is at offset 0 of d's
+// line section (lazyDWARF.unitData).
+func unitTables(d *dwarf.Data, off dwarf.Offset, rebase bool) (*debugInfo, error) {
 	r := d.Reader()
 	r.Seek(off)
 	cu, err := r.Next()
@@ -142,7 +136,11 @@ func unitTables(d *dwarf.Data, off dwarf.Offset) (*debugInfo, error) {
 		return nil, fmt.Errorf("read DWARF: no unit at %#x", off)
 	}
 	b := dwarfBuilder{d: d, di: &debugInfo{}, fileIdx: map[string]uint32{}, names: map[dwarf.Offset]string{}}
-	files, err := b.lines(cu)
+	lcu := cu
+	if rebase {
+		lcu = rebaseLines(cu)
+	}
+	files, err := b.lines(lcu)
 	if err != nil {
 		return nil, err
 	}

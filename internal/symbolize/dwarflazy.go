@@ -8,33 +8,38 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 )
 
 // lazyDWARF answers file, line and inline lookups from DWARF without
 // holding all of it. Opening indexes the compile units by address range;
-// a lookup builds the tables of its unit only, from section data that is
-// loaded on demand and released by trim. libc's debug file is 4 MB
+// a lookup builds the tables of its unit only. libc's debug file is 4 MB
 // compressed and 8.5 MB decompressed; debug/dwarf over all of it holds
 // 21 MB (every unit's abbreviations parsed), its full tables 7 MB. A
 // profile touches a few dozen of its 1,700 units.
 //
-// Each unit is read through a dwarf.Data over that unit alone, so only
-// its abbreviations are parsed. References within a unit are relative
-// to it and still resolve; a file whose subprograms refer to other units
-// (DW_FORM_ref_addr, as LTO output does) is read through one dwarf.Data
+// Each unit is read through a dwarf.Data over that unit alone: its
+// entries, its abbreviation table and its line program, with the
+// header's offsets into them rebased to 0, over the small sections
+// (strings, ranges) whole. References within a unit are relative to it
+// and still resolve. A file whose subprograms refer to other units
+// (DW_FORM_ref_addr, as LTO and Go output) is read through one dwarf.Data
 // over all units instead (whole).
+//
+// The bytes come from a source: a spill file for compressed DWARF (read
+// per unit, nothing held), else the decompressed sections in memory,
+// held until trim.
 type lazyDWARF struct {
-	// path and st name the file the DWARF is in, reopened after a trim;
+	// path and st name the file the DWARF is in, read again after a trim;
 	// a file whose version changed is not read again.
 	path  string
 	st    fileStat
 	order binary.ByteOrder
-	// spill is the file holding the decompressed sections, read instead
-	// of inflating path's again; empty without one.
+	// spill is the spill file read instead of path; empty without one.
 	spill string
-	// keep holds the section data for good: it is small, and the file
+	// keep holds the sections for good: they are small, and the file
 	// may be a /proc/PID path that goes away with the process.
 	keep  bool
 	whole bool
@@ -44,12 +49,27 @@ type lazyDWARF struct {
 	spans []unitSpan  // by unit number
 
 	mu     sync.Mutex
-	secs   *sections   // nil once trimmed
-	all    *dwarf.Data // whole: over all units, nil once trimmed
+	src    source            // nil once trimmed
+	small  map[string][]byte // smallSections, loaded with src
+	held   int               // bytes held while loaded
+	all    *dwarf.Data       // whole: over all units
 	tables map[int32]*debugInfo
 	used   int // bytes of tables
 	failed error
 }
+
+// source is where a lazyDWARF reads section bytes.
+type source interface {
+	// read returns n bytes of section name from off.
+	read(name string, off, n int) ([]byte, error)
+	// size returns the size of section name, 0 if absent.
+	size(name string) int
+	close()
+}
+
+// smallSections are read whole for every unit: strings and range lists,
+// addressed from anywhere by offset (libc's: 400 KB together).
+var smallSections = []string{"str", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
 
 // unitRange is one address range of unit number unit.
 type unitRange struct {
@@ -57,10 +77,16 @@ type unitRange struct {
 	unit   int32
 }
 
-// unitSpan is where a unit is in .debug_info: its header at off, its
-// end. When whole, off is the offset of the unit's entry and end unused.
+// unitSpan is where a unit's bytes are: entries (header at off, end),
+// abbreviation table and line program (llen 0 without one). aoffAt is
+// where the header holds the abbreviation offset, from off. When whole,
+// off is the offset of the unit's entry and the rest is unused.
 type unitSpan struct {
-	off, end int
+	off, end   int
+	aoff, alen int
+	aoffAt     int
+	is64       bool
+	loff, llen int
 }
 
 const (
@@ -80,9 +106,9 @@ type spillOptions struct {
 }
 
 // newLazyDWARF indexes the compile units of ef, which is the file at path
-// (version st). It returns nil, nil when ef has no DWARF lines. The
-// section data stays loaded until trim, so the lookups that caused the
-// open do not load it again.
+// (version st). It returns nil, nil when ef has no DWARF lines. What was
+// loaded stays until trim, so the lookups that caused the open do not
+// load it again.
 func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats, spill spillOptions) (*lazyDWARF, error) {
 	if ef.Section(".debug_info") == nil || ef.Section(".debug_line") == nil {
 		return nil, nil
@@ -93,27 +119,79 @@ func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats, spill spillO
 	if n := dwarfSize(ef); n > maxDWARFBytes {
 		return nil, fmt.Errorf("load DWARF: %d bytes over the %d bound", n, maxDWARFBytes)
 	}
-	secs, err := readSections(ef)
-	if err != nil {
-		return nil, fmt.Errorf("load DWARF: %w", err)
+	l := &lazyDWARF{path: path, st: st, order: ef.ByteOrder, stats: s, tables: map[int32]*debugInfo{}}
+	if spill.dir != "" && compressedDWARF(ef) {
+		// A spill file of this version may be there from an earlier run.
+		p := filepath.Join(spill.dir, spillName(path, st))
+		src, err := openSpill(p)
+		if err != nil {
+			if p, err = writeSpill(ef, spill.dir, spillName(path, st), spill.maxBytes); err == nil {
+				src, err = openSpill(p)
+			}
+		}
+		if err == nil {
+			l.spill, l.src = p, src
+		}
+		// Without a spill file the sections are held and inflated again.
+	}
+	if l.src == nil {
+		secs, err := readSections(ef)
+		if err != nil {
+			return nil, fmt.Errorf("load DWARF: %w", err)
+		}
+		l.src, l.held, l.keep = memSource{secs}, secs.bytes, secs.bytes <= keepDWARFBytes
 	}
 	s.dwarfLoads.Add(1)
-	l := &lazyDWARF{path: path, st: st, order: ef.ByteOrder, keep: secs.bytes <= keepDWARFBytes, stats: s,
-		secs: secs, tables: map[int32]*debugInfo{}}
+	if err := l.loadSmall(); err != nil {
+		l.src.close()
+		return nil, fmt.Errorf("load DWARF: %w", err)
+	}
 	if err := l.index(); err != nil {
+		l.src.close()
 		return nil, fmt.Errorf("load DWARF: %w", err)
 	}
 	if len(l.units) == 0 {
+		l.src.close()
 		return nil, nil
 	}
-	if secs.compressed && !l.keep && spill.dir != "" {
-		name := spillName(path, st)
-		if err := writeSpill(spill.dir, name, secs, spill.maxBytes); err == nil {
-			l.spill = filepath.Join(spill.dir, name)
-		}
-		// Without a spill file the sections are inflated again instead.
-	}
 	return l, nil
+}
+
+// loadSmall reads smallSections from the source.
+func (l *lazyDWARF) loadSmall() error {
+	l.small = map[string][]byte{}
+	for _, name := range smallSections {
+		n := l.src.size(name)
+		if n == 0 {
+			continue
+		}
+		b, err := l.src.read(name, 0, n)
+		if err != nil {
+			return err
+		}
+		l.small[name] = b
+		if _, mem := l.src.(memSource); !mem {
+			l.held += n
+		}
+	}
+	return nil
+}
+
+// newData returns a dwarf.Data over the given entries, abbreviations and
+// line programs and the small sections.
+func newData(abbrev, info, line []byte, small map[string][]byte) (*dwarf.Data, error) {
+	d, err := dwarf.New(abbrev, nil, nil, info, line, nil, small["ranges"], small["str"])
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"addr", "line_str", "rnglists", "str_offsets"} {
+		if b, ok := small[name]; ok {
+			if err := d.AddSection(".debug_"+name, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d, nil
 }
 
 // index records the address ranges of every compile unit, reading only
@@ -121,7 +199,7 @@ func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats, spill spillO
 // sequences of its line program. A unit that cannot be read alone makes
 // the whole reading the way for the file.
 func (l *lazyDWARF) index() error {
-	spans, cross, err := unitSpans(l.secs.m["info"], l.secs.m["abbrev"], l.order)
+	spans, cross, err := l.unitSpans()
 	if err == nil && !cross {
 		if err = l.indexUnits(spans); err == nil {
 			return nil
@@ -134,30 +212,68 @@ func (l *lazyDWARF) index() error {
 // indexUnits indexes the units at spans, each through its own dwarf.Data.
 func (l *lazyDWARF) indexUnits(spans []unitSpan) error {
 	for _, sp := range spans {
-		d, err := l.secs.data(l.secs.m["info"][sp.off:sp.end])
-		if err != nil {
-			return fmt.Errorf("read DWARF unit at %#x: %w", sp.off, err)
+		// The unit's own entry is all the index needs: read the start of
+		// the unit, and all of it only when the entry is longer.
+		d, err := l.unitHead(sp, 512)
+		var cu *dwarf.Entry
+		if err == nil {
+			cu, err = d.Reader().Next()
 		}
-		r := d.Reader()
-		cu, err := r.Next()
 		if err != nil {
-			return fmt.Errorf("read DWARF unit at %#x: %w", sp.off, err)
+			if d, err = l.unitData(sp); err != nil {
+				return err
+			}
+			if cu, err = d.Reader().Next(); err != nil {
+				return fmt.Errorf("read DWARF unit at %#x: %w", sp.off, err)
+			}
 		}
-		l.add(d, cu, sp)
+		if cu == nil || (cu.Tag != dwarf.TagCompileUnit && cu.Tag != dwarf.TagPartialUnit) {
+			continue
+		}
+		if off, ok := cu.Val(dwarf.AttrStmtList).(int64); ok {
+			if sp.loff, sp.llen, err = l.lineSpan(int(off)); err != nil {
+				return fmt.Errorf("read DWARF unit at %#x: %w", sp.off, err)
+			}
+		}
+		ranges, err := d.Ranges(cu)
+		if (err != nil || len(ranges) == 0) && sp.llen > 0 {
+			if d, err := l.unitData(sp); err == nil {
+				ranges = lineRanges(d, rebaseLines(cu))
+			}
+		}
+		l.add(ranges, sp)
 	}
 	l.finishIndex()
 	return nil
 }
 
+// lineSpan returns where the line program at off is and its length.
+func (l *lazyDWARF) lineSpan(off int) (int, int, error) {
+	b, err := l.src.read("line", off, 4)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, hdr := uint64(l.order.Uint32(b)), 4
+	if n == 0xffffffff {
+		if b, err = l.src.read("line", off+4, 8); err != nil {
+			return 0, 0, err
+		}
+		n, hdr = l.order.Uint64(b), 12
+	}
+	if n > uint64(l.src.size("line")-off-hdr) {
+		return 0, 0, fmt.Errorf("line program at %#x: length %d: %w", off, n, errSectionRange)
+	}
+	return off, hdr + int(n), nil
+}
+
 // indexWhole indexes the units through one dwarf.Data over all of them;
 // spans then hold the offsets of the units' entries.
 func (l *lazyDWARF) indexWhole() error {
-	d, err := l.secs.data(l.secs.m["info"])
-	if err != nil {
+	if err := l.loadAll(); err != nil {
 		return err
 	}
-	l.whole, l.all = true, d
-	r := d.Reader()
+	l.whole = true
+	r := l.all.Reader()
 	for {
 		cu, err := r.Next()
 		if err != nil {
@@ -166,22 +282,47 @@ func (l *lazyDWARF) indexWhole() error {
 		if cu == nil {
 			break
 		}
-		l.add(d, cu, unitSpan{off: int(cu.Offset)})
+		if cu.Tag == dwarf.TagCompileUnit || cu.Tag == dwarf.TagPartialUnit {
+			ranges, err := l.all.Ranges(cu)
+			if err != nil || len(ranges) == 0 {
+				ranges = lineRanges(l.all, cu)
+			}
+			l.add(ranges, unitSpan{off: int(cu.Offset)})
+		}
 		r.SkipChildren()
 	}
 	l.finishIndex()
 	return nil
 }
 
-// add indexes the unit whose entry is cu, if it is a compile unit.
-func (l *lazyDWARF) add(d *dwarf.Data, cu *dwarf.Entry, sp unitSpan) {
-	if cu == nil || (cu.Tag != dwarf.TagCompileUnit && cu.Tag != dwarf.TagPartialUnit) {
-		return
+// loadAll makes the dwarf.Data over all units, for the whole reading:
+// every section in memory.
+func (l *lazyDWARF) loadAll() error {
+	secs := &sections{m: map[string][]byte{}}
+	for _, name := range dwarfSections {
+		if n := l.src.size(name); n > 0 {
+			b, err := l.src.read(name, 0, n)
+			if err != nil {
+				return err
+			}
+			secs.m[name] = b
+			secs.bytes += n
+		}
 	}
-	ranges, err := d.Ranges(cu)
-	if err != nil || len(ranges) == 0 {
-		ranges = lineRanges(d, cu)
+	d, err := secs.data(secs.m["info"])
+	if err != nil {
+		return err
 	}
+	if _, mem := l.src.(memSource); !mem {
+		l.src.close()
+		l.src = memSource{secs}
+	}
+	l.all, l.held = d, 3*secs.bytes // the parsed abbreviations of every unit
+	return nil
+}
+
+// add indexes the unit at sp with its ranges.
+func (l *lazyDWARF) add(ranges [][2]uint64, sp unitSpan) {
 	u := int32(len(l.spans))
 	l.spans = append(l.spans, sp)
 	for _, rg := range ranges {
@@ -197,18 +338,59 @@ func (l *lazyDWARF) finishIndex() {
 	l.spans = l.spans[:len(l.spans):len(l.spans)]
 }
 
-// unitData returns a dwarf.Data that holds the unit at sp and the offset
-// of that Data's .debug_info in the real section (0 when whole): the
-// unit's entry is at sp.off minus that.
-func (l *lazyDWARF) unitData(sp unitSpan) (*dwarf.Data, int, error) {
+// unitData returns a dwarf.Data over the unit at sp alone, its entry at
+// offset 0; over all units when whole, its entry at sp.off.
+func (l *lazyDWARF) unitData(sp unitSpan) (*dwarf.Data, error) {
 	if l.whole {
-		return l.all, 0, nil
+		return l.all, nil
 	}
-	d, err := l.secs.data(l.secs.m["info"][sp.off:sp.end])
+	return l.unitHead(sp, sp.end-sp.off)
+}
+
+// unitHead is unitData over the first max bytes of the unit only, its
+// length cut to match: enough for the unit's own entry.
+func (l *lazyDWARF) unitHead(sp unitSpan, max int) (*dwarf.Data, error) {
+	n := min(max, sp.end-sp.off)
+	info, err := l.src.read("info", sp.off, n)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read DWARF unit at %#x: %w", sp.off, err)
+		return nil, err
 	}
-	return d, sp.off, nil
+	info = slices.Clone(info)
+	if sp.is64 {
+		l.order.PutUint64(info[4:], uint64(n-12))
+		l.order.PutUint64(info[sp.aoffAt:], 0)
+	} else {
+		l.order.PutUint32(info, uint32(n-4))
+		l.order.PutUint32(info[sp.aoffAt:], 0)
+	}
+	abbrev, err := l.src.read("abbrev", sp.aoff, sp.alen)
+	if err != nil {
+		return nil, err
+	}
+	var line []byte
+	if sp.llen > 0 {
+		if line, err = l.src.read("line", sp.loff, sp.llen); err != nil {
+			return nil, err
+		}
+	}
+	d, err := newData(abbrev, info, line, l.small)
+	if err != nil {
+		return nil, fmt.Errorf("read DWARF unit at %#x: %w", sp.off, err)
+	}
+	return d, nil
+}
+
+// rebaseLines returns cu with its line program at offset 0, where
+// unitData puts it.
+func rebaseLines(cu *dwarf.Entry) *dwarf.Entry {
+	c := *cu
+	c.Field = slices.Clone(cu.Field)
+	for i := range c.Field {
+		if c.Field[i].Attr == dwarf.AttrStmtList {
+			c.Field[i].Val = int64(0)
+		}
+	}
+	return &c
 }
 
 // DWARF forms and attributes unitSpans looks for in abbreviations.
@@ -220,71 +402,91 @@ const (
 	attrSpecification = 0x47
 )
 
-// unitSpans splits .debug_info into units by their headers and reports
-// whether any unit may refer to a subprogram of another (an abstract
-// origin or specification of form DW_FORM_ref_addr or DW_FORM_indirect
-// in its abbreviations).
-func unitSpans(info, abbrev []byte, order binary.ByteOrder) (spans []unitSpan, cross bool, err error) {
-	checked := map[uint64]bool{}
-	for off := 0; off < len(info); {
-		if len(info)-off < 4 {
+// unitSpans splits .debug_info into units by their headers, finds each
+// unit's abbreviation table, and reports whether any unit may refer to a
+// subprogram of another (an abstract origin or specification of form
+// DW_FORM_ref_addr or DW_FORM_indirect).
+func (l *lazyDWARF) unitSpans() (spans []unitSpan, cross bool, err error) {
+	tables := map[int]int{} // abbreviation offset → length
+	size := l.src.size("info")
+	for off := 0; off < size; {
+		hdr, err := l.src.read("info", off, min(24, size-off))
+		if err != nil || len(hdr) < 4 {
 			return nil, false, fmt.Errorf("unit header at %#x truncated", off)
 		}
-		n, hdr, is64 := uint64(order.Uint32(info[off:])), 4, false
+		n, lenSize, is64 := uint64(l.order.Uint32(hdr)), 4, false
 		switch {
 		case n == 0xffffffff:
-			if len(info)-off < 12 {
+			if len(hdr) < 12 {
 				return nil, false, fmt.Errorf("unit header at %#x truncated", off)
 			}
-			n, hdr, is64 = order.Uint64(info[off+4:]), 12, true
+			n, lenSize, is64 = l.order.Uint64(hdr[4:]), 12, true
 		case n >= 0xfffffff0:
 			return nil, false, fmt.Errorf("unit at %#x: reserved length %#x", off, n)
 		}
-		if n > uint64(len(info)-off-hdr) {
+		if n > uint64(size-off-lenSize) {
 			return nil, false, fmt.Errorf("unit at %#x: length %d past the section end", off, n)
 		}
-		end := off + hdr + int(n)
-		p := off + hdr
+		end := off + lenSize + int(n)
 		if n == 0 {
 			off = end // padding, as parseUnits skips it
 			continue
 		}
-		need := 2 + 4 + 1 // version, debug_abbrev_offset, address_size
+		p := lenSize + 2 // version
+		need := p + 4 + 1
+		if len(hdr) >= lenSize+2 && l.order.Uint16(hdr[lenSize:]) >= 5 {
+			p += 2 // unit_type, address_size
+			need++
+		}
 		if is64 {
 			need += 4
 		}
-		if n >= 2 && order.Uint16(info[p:]) >= 5 {
-			need++ // unit_type
-		}
-		if int(n) < need {
+		if int(n)+lenSize < need || len(hdr) < need {
 			return nil, false, fmt.Errorf("unit at %#x: %d bytes, too short for its header", off, n)
 		}
-		if order.Uint16(info[p:]) >= 5 {
-			p += 2 // unit_type, address_size
-		}
-		p += 2
-		aoff := uint64(order.Uint32(info[p:]))
+		aoff := uint64(l.order.Uint32(hdr[p:]))
 		if is64 {
-			aoff = order.Uint64(info[p:])
+			aoff = l.order.Uint64(hdr[p:])
 		}
-		if !checked[aoff] {
-			checked[aoff] = true
-			cross = cross || refersAcross(abbrev, aoff)
+		if aoff > uint64(l.src.size("abbrev")) {
+			return nil, false, fmt.Errorf("unit at %#x: abbreviations at %#x: %w", off, aoff, errSectionRange)
 		}
-		spans = append(spans, unitSpan{off: off, end: end})
+		alen, ok := tables[int(aoff)]
+		if !ok {
+			var refers bool
+			alen, refers = l.abbrevTable(int(aoff))
+			tables[int(aoff)] = alen
+			cross = cross || refers
+		}
+		spans = append(spans, unitSpan{off: off, end: end, aoff: int(aoff), alen: alen, aoffAt: p, is64: is64})
 		off = end
 	}
 	return spans, cross, nil
 }
 
-// refersAcross scans the abbreviation table at off for an abstract
-// origin or specification that may point into another unit. A table it
-// cannot read counts as one that does: the whole reading is always right.
-func refersAcross(abbrev []byte, off uint64) bool {
-	if off >= uint64(len(abbrev)) {
-		return true
+// abbrevTable returns the length of the abbreviation table at off and
+// whether it refers across units (refersAcross), reading more of the
+// section until the table ends.
+func (l *lazyDWARF) abbrevTable(off int) (int, bool) {
+	size := l.src.size("abbrev")
+	for n := 4096; ; n *= 2 {
+		n = min(n, size-off)
+		b, err := l.src.read("abbrev", off, n)
+		if err != nil {
+			return 0, true
+		}
+		length, refers, complete := refersAcross(b)
+		if complete || off+n >= size {
+			return length, refers || !complete
+		}
 	}
-	b := abbrev[off:]
+}
+
+// refersAcross scans an abbreviation table for an abstract origin or
+// specification that may point into another unit, and returns the
+// table's length. complete is false when b ends before the table does.
+func refersAcross(b []byte) (length int, refers, complete bool) {
+	all := len(b)
 	uleb := func() (uint64, bool) {
 		var v uint64
 		for shift := 0; len(b) > 0 && shift < 64; shift += 7 {
@@ -300,31 +502,31 @@ func refersAcross(abbrev []byte, off uint64) bool {
 	for {
 		code, ok := uleb()
 		if !ok {
-			return true
+			return all, refers, false
 		}
 		if code == 0 {
-			return false
+			return all - len(b), refers, true
 		}
 		if _, ok := uleb(); !ok || len(b) == 0 { // tag, then has-children
-			return true
+			return all, refers, false
 		}
 		b = b[1:]
 		for {
 			attr, ok1 := uleb()
 			form, ok2 := uleb()
 			if !ok1 || !ok2 {
-				return true
+				return all, refers, false
 			}
 			if attr == 0 && form == 0 {
 				break
 			}
 			if form == formImplicitConst {
 				if _, ok := uleb(); !ok { // the constant (SLEB, same length)
-					return true
+					return all, refers, false
 				}
 			}
 			if (attr == attrAbstractOrig || attr == attrSpecification) && (form == formRefAddr || form == formIndirect) {
-				return true
+				refers = true
 			}
 		}
 	}
@@ -381,7 +583,7 @@ func (l *lazyDWARF) locations(vaddr uint64) []location {
 }
 
 // tablesLocked returns the tables of unit u, building them (and loading
-// the section data) when needed.
+// the source) when needed.
 func (l *lazyDWARF) tablesLocked(u int32) *debugInfo {
 	if t, ok := l.tables[u]; ok {
 		return t
@@ -390,10 +592,14 @@ func (l *lazyDWARF) tablesLocked(u int32) *debugInfo {
 		return nil
 	}
 	sp := l.spans[u]
-	d, base, err := l.unitData(sp)
+	d, err := l.unitData(sp)
 	var t *debugInfo
 	if err == nil {
-		t, err = unitTables(d, dwarf.Offset(sp.off-base))
+		if l.whole {
+			t, err = unitTables(d, dwarf.Offset(sp.off), false)
+		} else {
+			t, err = unitTables(d, 0, true)
+		}
 	}
 	if err != nil {
 		// Keep the unit's failure: an empty table answers nothing.
@@ -413,10 +619,11 @@ func (l *lazyDWARF) tablesLocked(u int32) *debugInfo {
 	return t
 }
 
-// loadLocked makes sure the section data is loaded, reading the file
-// again after a trim. It fails for good once the file changed or went.
+// loadLocked makes sure the source is open, after a trim reading the
+// spill file or the file again. It fails for good once they changed or
+// went.
 func (l *lazyDWARF) loadLocked() bool {
-	if l.secs != nil {
+	if l.src != nil {
 		return true
 	}
 	if l.failed != nil {
@@ -432,70 +639,74 @@ func (l *lazyDWARF) loadLocked() bool {
 }
 
 func (l *lazyDWARF) reload() error {
+	l.held = 0
 	if l.spill != "" {
-		secs, err := readSpill(l.spill)
-		if err == nil {
-			return l.setSections(secs)
+		if src, err := openSpill(l.spill); err == nil {
+			l.src = src
+		} else {
+			l.spill = "" // gone or damaged: read the file itself
 		}
-		l.spill = "" // gone or damaged: read the debug file itself
 	}
+	if l.src == nil {
+		secs, err := l.readFile()
+		if err != nil {
+			return err
+		}
+		l.src, l.held = memSource{secs}, secs.bytes
+	}
+	if err := l.loadSmall(); err != nil {
+		return fmt.Errorf("reload DWARF of %s: %w", l.path, err)
+	}
+	if l.whole {
+		if err := l.loadAll(); err != nil {
+			return fmt.Errorf("reload DWARF of %s: %w", l.path, err)
+		}
+	}
+	return nil
+}
+
+// readFile reads the sections from the file again, if it is the version
+// indexed.
+func (l *lazyDWARF) readFile() (*sections, error) {
 	st, err := statFile(l.path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if st != l.st {
-		return fmt.Errorf("reload DWARF of %s: the file changed", l.path)
+		return nil, fmt.Errorf("reload DWARF of %s: the file changed", l.path)
 	}
 	ef, err := elf.Open(l.path)
 	if err != nil {
-		return fmt.Errorf("reload DWARF: %w", err)
+		return nil, fmt.Errorf("reload DWARF: %w", err)
 	}
 	defer ef.Close()
 	secs, err := readSections(ef)
 	if err != nil {
-		return fmt.Errorf("reload DWARF of %s: %w", l.path, err)
+		return nil, fmt.Errorf("reload DWARF of %s: %w", l.path, err)
 	}
-	return l.setSections(secs)
+	return secs, nil
 }
 
-// setSections makes secs the loaded data.
-func (l *lazyDWARF) setSections(secs *sections) error {
-	if l.whole {
-		d, err := secs.data(secs.m["info"])
-		if err != nil {
-			return fmt.Errorf("reload DWARF of %s: %w", l.path, err)
-		}
-		l.all = d
-	}
-	l.secs = secs
-	return nil
-}
-
-// trim releases the section data unless it is small enough to keep.
+// trim releases what was loaded unless it is small enough to keep.
 func (l *lazyDWARF) trim() {
 	if l == nil || l.keep {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.secs, l.all = nil, nil
+	if l.src != nil {
+		l.src.close()
+	}
+	l.src, l.small, l.all, l.held = nil, nil, nil, 0
 }
 
 // size estimates the bytes held: the unit index, the built tables and
-// the section data while loaded (three times over when whole, for the
-// parsed abbreviations of every unit).
+// what is loaded.
 func (l *lazyDWARF) size() int {
 	if l == nil {
 		return 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := len(l.units)*24 + len(l.spans)*16 + l.used
-	if l.secs != nil {
-		n += l.secs.bytes
-		if l.all != nil {
-			n += 2 * l.secs.bytes
-		}
-	}
-	return n
+	return len(l.units)*24 + len(l.spans)*72 + l.used + l.held
 }

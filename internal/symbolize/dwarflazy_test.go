@@ -136,14 +136,19 @@ func TestDWARFUnitsAloneMatchWhole(t *testing.T) {
 			}
 			defer ef.Close()
 			var st stats
-			alone, err := newLazyDWARF(ef, path, fileStat{}, &st, spillOptions{})
+			// Compressed DWARF (libc's) is read from a spill file.
+			alone, err := newLazyDWARF(ef, path, fileStat{}, &st, spillOptions{dir: t.TempDir(), maxBytes: 1 << 30})
 			if err != nil || alone == nil {
 				t.Fatalf("newLazyDWARF = %v, %v", alone, err)
 			}
 			if alone.whole {
 				t.Fatal("read whole: no unit refers to another in these files")
 			}
-			whole := &lazyDWARF{path: path, order: ef.ByteOrder, stats: &st, secs: alone.secs, tables: map[int32]*debugInfo{}}
+			whole, err := newLazyDWARF(ef, path, fileStat{}, &st, spillOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole.units, whole.spans = nil, nil
 			if err := whole.indexWhole(); err != nil {
 				t.Fatal(err)
 			}
@@ -176,36 +181,37 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// TestRefersAcross reads abbreviation tables: a reference to another
-// unit only through DW_FORM_ref_addr (or indirect) on an abstract origin
-// or specification; anything unreadable counts as one.
+// TestRefersAcross reads abbreviation tables: their length, and a
+// reference to another unit only through DW_FORM_ref_addr (or indirect)
+// on an abstract origin or specification.
 func TestRefersAcross(t *testing.T) {
 	// code 1, DW_TAG_subprogram (0x2e), children, attributes..., 0 0;
-	// then the table's terminating 0.
+	// then the table's terminating 0, and a byte of the next table.
 	table := func(attrs ...byte) []byte {
 		b := append([]byte{1, 0x2e, 1}, attrs...)
-		return append(b, 0, 0, 0)
+		return append(b, 0, 0, 0, 0xaa)
 	}
 	tests := []struct {
-		name   string
-		abbrev []byte
-		off    uint64
-		want   bool
+		name             string
+		abbrev           []byte
+		refers, complete bool
 	}{
-		{"name strp, origin ref4", table(0x03, 0x0e, 0x31, 0x13), 0, false},
-		{"origin ref_addr", table(0x31, 0x10), 0, true},
-		{"specification ref_addr", table(0x47, 0x10), 0, true},
-		{"origin indirect", table(0x31, 0x16), 0, true},
-		{"sibling ref_addr is not a name", table(0x01, 0x10), 0, false},
-		{"implicit const skipped", table(0x3a, 0x21, 0x7f, 0x31, 0x13), 0, false},
-		{"table at an offset", append([]byte{0xff, 0xff}, table(0x31, 0x10)...), 2, true},
-		{"truncated", []byte{1, 0x2e, 1, 0x31}, 0, true},
-		{"offset past the section", table(), 100, true},
+		{"name strp, origin ref4", table(0x03, 0x0e, 0x31, 0x13), false, true},
+		{"origin ref_addr", table(0x31, 0x10), true, true},
+		{"specification ref_addr", table(0x47, 0x10), true, true},
+		{"origin indirect", table(0x31, 0x16), true, true},
+		{"sibling ref_addr is not a name", table(0x01, 0x10), false, true},
+		{"implicit const skipped", table(0x3a, 0x21, 0x7f, 0x31, 0x13), false, true},
+		{"truncated", []byte{1, 0x2e, 1, 0x31}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := refersAcross(tt.abbrev, tt.off); got != tt.want {
-				t.Errorf("refersAcross = %v, want %v", got, tt.want)
+			n, refers, complete := refersAcross(tt.abbrev)
+			if refers != tt.refers || complete != tt.complete {
+				t.Errorf("refersAcross = %v, %v; want %v, %v", refers, complete, tt.refers, tt.complete)
+			}
+			if complete && n != len(tt.abbrev)-1 {
+				t.Errorf("table length %d, want %d", n, len(tt.abbrev)-1)
 			}
 		})
 	}

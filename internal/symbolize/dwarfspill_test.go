@@ -2,36 +2,61 @@ package symbolize
 
 import (
 	"bytes"
+	"debug/elf"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 )
 
-// TestSpillFile writes sections to a spill file and reads them back; a
-// truncated or foreign file is refused, and the directory is kept within
-// its bound by removing the oldest files.
+// TestSpillFile inflates a debug file's DWARF into a spill file and reads
+// every section back, whole and in part; a truncated or foreign file is
+// refused, and the directory is kept within its bound by removing the
+// least recently used files.
 func TestSpillFile(t *testing.T) {
-	dir := t.TempDir()
-	secs := &sections{m: map[string][]byte{
-		"info": bytes.Repeat([]byte{1, 2, 3}, 1000), "abbrev": {4, 5}, "str": {},
-	}}
-	if err := writeSpill(dir, "a.dwarf", secs, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	got, err := readSpill(filepath.Join(dir, "a.dwarf"))
+	ef, err := elf.Open(fixture("inline-gcc.debug"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.m) != len(secs.m) || got.bytes != 3002 {
-		t.Fatalf("read %d sections, %d bytes; want 3, 3002", len(got.m), got.bytes)
+	defer ef.Close()
+	dir := t.TempDir()
+	path, err := writeSpill(ef, dir, "a.dwarf", 1<<30)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for n, b := range secs.m {
-		if !bytes.Equal(got.m[n], b) {
-			t.Errorf("section %s differs", n)
+	src, err := openSpill(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range ef.Sections {
+		name, ok := dwarfSectionOf(s)
+		if !ok {
+			continue
 		}
+		want, err := s.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := src.read(name, 0, src.size(name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: %d bytes, %v; want %d bytes", name, len(got), err, len(want))
+		}
+		if len(want) > 10 {
+			if part, err := src.read(name, 3, 7); err != nil || !bytes.Equal(part, want[3:10]) {
+				t.Errorf("%s: bytes 3..10 = %x, %v; want %x", name, part, err, want[3:10])
+			}
+		}
+		if _, err := src.read(name, len(want)-1, 2); err == nil {
+			t.Errorf("%s: read past the end without error", name)
+		}
+		n++
 	}
-	raw, _ := os.ReadFile(filepath.Join(dir, "a.dwarf"))
+	src.close()
+	if n < 4 {
+		t.Errorf("only %d sections spilled", n)
+	}
+	raw, _ := os.ReadFile(path)
 	for _, tt := range []struct {
 		name string
 		data []byte
@@ -43,19 +68,20 @@ func TestSpillFile(t *testing.T) {
 		if err := os.WriteFile(p, tt.data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := readSpill(p); err == nil {
-			t.Errorf("%s: read without error", tt.name)
+		if s, err := openSpill(p); err == nil {
+			s.close()
+			t.Errorf("%s: opened without error", tt.name)
 		}
 	}
 	// A bound below two files' size keeps only the newest.
 	old := time.Now().Add(-time.Hour)
-	if err := os.Chtimes(filepath.Join(dir, "a.dwarf"), old, old); err != nil {
+	if err := os.Chtimes(path, old, old); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeSpill(dir, "b.dwarf", secs, int64(len(raw))+100); err != nil {
+	if _, err := writeSpill(ef, dir, "b.dwarf", int64(len(raw))+100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "a.dwarf")); err == nil {
+	if _, err := os.Stat(path); err == nil {
 		t.Error("oldest spill file kept over the bound")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "b.dwarf")); err != nil {
