@@ -138,11 +138,20 @@ func (b *bench) ratios() string {
 	}
 	if len(b.slow) > 0 {
 		chain := func(r slowRow) float64 { return r.chainNs }
-		ratio, _, text := b.slowdownRatio("spanprof", "perf record -g", chain)
-		bar("workload slowdown at 999 Hz, spanprof / perf record -g (chain, paired by round: median (min … max))", ratio, 0.5, text)
+		slowBar := func(name, label string) {
+			ratio, _, text := b.slowdownRatio(name, "perf record -g", chain)
+			// A ratio means something only when the peer's own slowdown
+			// was measured: slower than the baseline in every round.
+			if peer := values(b.pairedSlowdowns("perf record -g", chain)); len(peer) == 0 || slices.Min(peer) <= 0 {
+				fmt.Fprintf(&sb, "| %s | %s | ≤ 0.5 | not resolved: perf record -g was not slower than the baseline in every round (noise: %s) |\n",
+					label, text, b.noise(chain))
+				return
+			}
+			bar(label, ratio, 0.5, text)
+		}
+		slowBar("spanprof", "workload slowdown at 999 Hz, spanprof / perf record -g (chain, paired by round: median (min … max))")
 		if b.reference != "" {
-			ratio, _, text := b.slowdownRatio("spanprof (reference build)", "perf record -g", chain)
-			bar("same, the reference build (-reference)", ratio, 0.5, text)
+			slowBar("spanprof (reference build)", "same, the reference build (-reference)")
 		}
 		ns := func(n string) float64 { return b.med(n, func(r slowRow) float64 { return r.sample.nsPerRun() }) }
 		bar("eBPF ns per on-CPU sample, spanprof / bpftrace (separate runs of the slowdown phase)", ns("spanprof")/ns("bpftrace"), 0.5,

@@ -51,4 +51,24 @@ func TestSlowdownPairedByRound(t *testing.T) {
 	if n := b.noise(chain); !strings.Contains(n, "range of 100.0 %") {
 		t.Errorf("noise %q: the baseline went from 1000 to 2000 ms", n)
 	}
+	if bar := slowdownBar(b); !strings.Contains(bar, "= 0.38; per round") || !strings.HasSuffix(bar, "| met |") {
+		t.Errorf("perf slower in every round: want a verdict on 0.38, got\n%s", bar)
+	}
+
+	// Once perf is not slower than the baseline in some round, the ratio
+	// is noise and the bar says so instead of "met".
+	b.slow = append(b.slow, row(4, "baseline", 1000), row(4, "spanprof", 990), row(4, "perf record -g", 980))
+	if bar := slowdownBar(b); !strings.Contains(bar, "not resolved") || strings.HasSuffix(bar, "| met |") {
+		t.Errorf("perf faster than the baseline in a round: want no verdict, got\n%s", bar)
+	}
+}
+
+// slowdownBar is the workload-slowdown line of the quality bars.
+func slowdownBar(b *bench) string {
+	for _, l := range strings.Split(b.ratios(), "\n") {
+		if strings.HasPrefix(l, "| workload slowdown") {
+			return l
+		}
+	}
+	return ""
 }
