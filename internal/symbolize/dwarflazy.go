@@ -39,9 +39,6 @@ type lazyDWARF struct {
 	order binary.ByteOrder
 	// spill is the spill file read instead of path; empty without one.
 	spill string
-	// keep holds the sections for good: they are small, and the file
-	// may be a /proc/PID path that goes away with the process.
-	keep  bool
 	whole bool
 	stats *stats
 
@@ -90,9 +87,11 @@ type unitSpan struct {
 }
 
 const (
-	// keepDWARFBytes is the section size below which the data stays
-	// loaded: a small binary's DWARF costs less than the index of a big one.
-	keepDWARFBytes = 64 << 10
+	// eagerDWARFBytes is the section size up to which every unit's
+	// tables are built at once and the sections released: a small
+	// binary's tables cost little, and its file may be a /proc/PID path
+	// that goes away with the process, so it is never read again.
+	eagerDWARFBytes = 64 << 10
 	// maxUnitTableBytes bounds the unit tables one object holds; beyond
 	// it, tables are dropped and built again when asked for.
 	maxUnitTableBytes = 2 << 20
@@ -139,7 +138,7 @@ func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats, spill spillO
 		if err != nil {
 			return nil, fmt.Errorf("load DWARF: %w", err)
 		}
-		l.src, l.held, l.keep = memSource{secs}, secs.bytes, secs.bytes <= keepDWARFBytes
+		l.src, l.held = memSource{secs}, secs.bytes
 	}
 	s.dwarfLoads.Add(1)
 	if err := l.loadSmall(); err != nil {
@@ -153,6 +152,12 @@ func newLazyDWARF(ef *elf.File, path string, st fileStat, s *stats, spill spillO
 	if len(l.units) == 0 {
 		l.src.close()
 		return nil, nil
+	}
+	if l.held <= eagerDWARFBytes && l.spill == "" {
+		for u := range l.spans {
+			l.tablesLocked(int32(u))
+		}
+		l.trim()
 	}
 	return l, nil
 }
@@ -687,9 +692,9 @@ func (l *lazyDWARF) readFile() (*sections, error) {
 	return secs, nil
 }
 
-// trim releases what was loaded unless it is small enough to keep.
+// trim releases what was loaded.
 func (l *lazyDWARF) trim() {
-	if l == nil || l.keep {
+	if l == nil {
 		return
 	}
 	l.mu.Lock()

@@ -136,19 +136,27 @@ func TestDWARFUnitsAloneMatchWhole(t *testing.T) {
 			}
 			defer ef.Close()
 			var st stats
-			// Compressed DWARF (libc's) is read from a spill file.
-			alone, err := newLazyDWARF(ef, path, fileStat{}, &st, spillOptions{dir: t.TempDir(), maxBytes: 1 << 30})
+			version, err := statFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Compressed DWARF (libc's) is read from a spill file; small
+			// DWARF (the fixtures') is built at once.
+			alone, err := newLazyDWARF(ef, path, version, &st, spillOptions{dir: t.TempDir(), maxBytes: 1 << 30})
 			if err != nil || alone == nil {
 				t.Fatalf("newLazyDWARF = %v, %v", alone, err)
 			}
 			if alone.whole {
 				t.Fatal("read whole: no unit refers to another in these files")
 			}
-			whole, err := newLazyDWARF(ef, path, fileStat{}, &st, spillOptions{})
+			whole, err := newLazyDWARF(ef, path, version, &st, spillOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			whole.units, whole.spans = nil, nil
+			whole.units, whole.spans, whole.tables = nil, nil, map[int32]*debugInfo{}
+			if !whole.loadLocked() {
+				t.Fatalf("load again: %v", whole.failed)
+			}
 			if err := whole.indexWhole(); err != nil {
 				t.Fatal(err)
 			}
@@ -214,5 +222,33 @@ func TestRefersAcross(t *testing.T) {
 				t.Errorf("table length %d, want %d", n, len(tt.abbrev)-1)
 			}
 		})
+	}
+}
+
+// TestSmallDWARFOutlivesItsFile: a binary with little DWARF has every
+// unit built when it is opened, so its lines stay after the file is gone
+// (a /proc/PID path of an exited process) and Trim.
+func TestSmallDWARFOutlivesItsFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "inline-gcc")
+	copyFile(t, fixture("inline-gcc"), path)
+	s := New(nil, Options{DebugDirs: []string{}})
+	obj, err := s.Open(path, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := nmSymbols(t, path)["outer"] + 4
+	before := obj.LookupInlined(addr, nil)
+	if len(before) == 0 || before[len(before)-1].Line == 0 {
+		t.Fatalf("no line at outer+4: %v", before)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	s.Trim()
+	if after := obj.LookupInlined(addr, nil); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("after the file went: %v, before %v", after, before)
+	}
+	if st := s.Stats(); st.DWARFLoads != 1 || st.DWARFErrors != 0 {
+		t.Errorf("stats %+v, want one load and no errors", st)
 	}
 }
