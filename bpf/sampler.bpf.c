@@ -543,7 +543,7 @@ int BPF_KPROBE(set_trace_context, const __u8 *trace_id, const __u8 *span_id)
 	return 0;
 }
 
-static __always_inline int proc_event(__u32 pid, __u32 kind)
+static __always_inline struct proc_lifecycle *proc_event_reserve(__u32 pid, __u32 kind)
 {
 	struct proc_lifecycle *e;
 
@@ -557,21 +557,63 @@ static __always_inline int proc_event(__u32 pid, __u32 kind)
 	e->ktime_ns = bpf_ktime_get_ns();
 	e->pid = pid;
 	e->kind = kind;
-	/* Wake the reader at once: a short-lived process must be read from
-	 * /proc before it is gone. */
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
-	return 0;
+	e->entry = 0;
+	e->interp_base = 0;
+	e->exe_ino = 0;
+	e->exe_dev = 0;
+	e->path_len = 0;
+	return e;
 }
+
+/* Wake the reader at once: a short-lived process must be read from /proc
+ * before it is gone. */
+static __always_inline void proc_event_submit(struct proc_lifecycle *e)
+{
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
+#define AT_BASE_ 7
+#define AT_ENTRY_ 9
 
 /* tp_btf needs no tracefs mount and gives typed arguments. */
 SEC("tp_btf/sched_process_exec")
-int BPF_PROG(on_exec, struct task_struct *p)
+int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct proc_lifecycle *e;
+	struct mm_struct *mm;
+	struct file *file;
+	long n;
 
 	if (!wanted(tgid))
 		return 0;
-	return proc_event(tgid, PROC_EXEC);
+	e = proc_event_reserve(tgid, PROC_EXEC);
+	if (!e)
+		return 0;
+	/* The auxiliary vector the new image starts with: its pairs end at
+	 * AT_NULL. */
+	mm = p->mm;
+	if (mm) {
+		for (int i = 0; i < 54; i += 2) {
+			__u64 key = mm->saved_auxv[i], val = mm->saved_auxv[i + 1];
+
+			if (key == 0)
+				break;
+			if (key == AT_BASE_)
+				e->interp_base = val;
+			else if (key == AT_ENTRY_)
+				e->entry = val;
+		}
+	}
+	file = bprm->file;
+	if (file) {
+		e->exe_ino = file->f_inode->i_ino;
+		e->exe_dev = file->f_inode->i_sb->s_dev;
+	}
+	n = bpf_probe_read_kernel_str(e->path, sizeof(e->path), bprm->interp);
+	e->path_len = n > 0 ? n : 0;
+	proc_event_submit(e);
+	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
@@ -579,11 +621,15 @@ int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+	struct proc_lifecycle *e;
 
 	/* Only the whole process going away matters for mappings. */
 	if ((__u32)pid_tgid != tgid || !wanted(tgid))
 		return 0;
-	return proc_event(tgid, PROC_EXIT);
+	e = proc_event_reserve(tgid, PROC_EXIT);
+	if (e)
+		proc_event_submit(e);
+	return 0;
 }
 
 #include "offcpu.h"

@@ -93,10 +93,16 @@ const (
 )
 
 type SamplerProcLifecycle struct {
-	_       structs.HostLayout
-	KtimeNs uint64
-	Pid     uint32
-	Kind    uint32
+	_          structs.HostLayout
+	KtimeNs    uint64
+	Pid        uint32
+	Kind       uint32
+	Entry      uint64
+	InterpBase uint64
+	ExeIno     uint64
+	ExeDev     uint32
+	PathLen    uint32
+	Path       [256]int8
 }
 
 type SamplerSampleKind uint32

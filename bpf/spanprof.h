@@ -148,11 +148,23 @@ enum proc_event_kind {
 	PROC_EXIT = 2,
 };
 
-/* Process lifecycle, so mappings are read at exec and kept after exit. */
+#define EXEC_PATH_LEN 256
+
+/* Process lifecycle, so mappings are read at exec and kept after exit. An
+ * exec also says where the new image lies, for processes gone before
+ * /proc/PID/maps can be read: user space lays the executable's and the
+ * interpreter's segments out from their ELF headers. Smaller than any
+ * sample record: the size tells the two apart. */
 struct proc_lifecycle {
 	__u64 ktime_ns;
 	__u32 pid;
-	__u32 kind; /* enum proc_event_kind */
+	__u32 kind;        /* enum proc_event_kind */
+	__u64 entry;       /* AT_ENTRY: load bias of the executable + e_entry */
+	__u64 interp_base; /* AT_BASE: load bias of the interpreter, 0 without */
+	__u64 exe_ino;     /* the file executed (the interpreter of a script) */
+	__u32 exe_dev;     /* kernel dev_t: major << 20 | minor */
+	__u32 path_len;    /* bytes of path with its NUL, 0 when unread */
+	char path[EXEC_PATH_LEN];
 };
 
 #endif

@@ -255,6 +255,9 @@ loop:
 	if n := totalLost(prof.Lost); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)
 	}
+	if n := tracker.Synthesized(); n > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d processes were gone before /proc could be read; their executable and loader were placed from the exec\n", n)
+	}
 	if f.output == "" {
 		export.WriteSummary(stdout, prof, 15)
 		return nil

@@ -111,7 +111,7 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 	}
 	// Read the new image's mappings now, while the process may still live
 	// (a no-op when the sampler's OnExec already did).
-	c.opts.Tracker.Exec(e.PID, e.Time)
+	c.opts.Tracker.Exec(e.PID, e.Time, e.Image)
 }
 
 // Add records one sample. The process is read at first sight so that its

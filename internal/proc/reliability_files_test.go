@@ -102,19 +102,19 @@ func TestReliabilityExecReleasesFiles(t *testing.T) {
 	tr.Get(8)
 	at := time.Now()
 	fakeProc(t, root, 7, exe2) // pid 7 execs exe2
-	tr.Exec(7, at)
+	tr.Exec(7, at, nil)
 	if got := tr.OpenFiles(); got != 2 {
 		t.Fatalf("%d handles, want 2 (pid 8 maps exe, pid 7 exe2)", got)
 	}
 	if p := tr.Get(7); p.Exited || len(p.Mappings) != 1 || p.Mappings[0].Path != exe2 {
 		t.Fatalf("pid 7 after exec: %+v, want exe2 read", p)
 	}
-	tr.Exec(7, at) // the same exec reported again: already read after it
+	tr.Exec(7, at, nil) // the same exec reported again: already read after it
 	if got := tr.OpenFiles(); got != 2 {
 		t.Fatalf("%d handles after a repeated exec report, want 2", got)
 	}
 	fakeProc(t, root, 8, exe2)
-	tr.Exec(8, time.Now())
+	tr.Exec(8, time.Now(), nil)
 	if got := tr.OpenFiles(); got != 1 {
 		t.Fatalf("%d handles after both execs, want 1 (exe2 shared)", got)
 	}

@@ -65,6 +65,8 @@ type Tracker struct {
 	// mapping would exhaust RLIMIT_NOFILE.
 	files map[fileKey]*sharedFile
 	keys  map[*os.File]fileKey
+	// synthesized counts processes placed from their exec image.
+	synthesized int
 }
 
 // fileKey names a file by the device and inode /proc/PID/maps shows. While
@@ -109,7 +111,9 @@ func (t *Tracker) Get(pid uint32) *Process {
 // Exec re-reads pid, whose image changed at time at, right away: a
 // short-lived process must be read before it is gone. A process already
 // read after at is kept, so a second report of one exec costs nothing.
-func (t *Tracker) Exec(pid uint32, at time.Time) {
+// When it is gone already, img (the exec's image, may be nil) still places
+// its executable and dynamic loader.
+func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.procs[pid]; ok {
@@ -120,12 +124,32 @@ func (t *Tracker) Exec(pid uint32, at time.Time) {
 		delete(t.procs, pid)
 	}
 	p, err := t.read(pid)
+	if err == nil && p.Exited && len(p.Mappings) == 0 {
+		err = fmt.Errorf("exited") // a zombie: its maps are empty
+	}
 	if err != nil {
 		t.log.Debug("read process after exec", "pid", pid, "error", err)
-		p = &Process{PID: pid, Exited: true}
+		if p != nil {
+			t.release(p)
+		}
+		var serr error
+		if p, serr = t.synthesize(pid, img); serr != nil {
+			t.log.Debug("place process from its exec", "pid", pid, "error", serr)
+			p = &Process{PID: pid, Exited: true}
+		} else {
+			t.synthesized++
+		}
 	}
 	p.readAt = time.Now()
 	t.procs[pid] = p
+}
+
+// Synthesized counts the processes placed from their exec image because
+// they were gone before procfs could be read.
+func (t *Tracker) Synthesized() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.synthesized
 }
 
 // Exit marks pid as exited; its mappings stay for symbolization until

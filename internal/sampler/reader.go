@@ -66,7 +66,7 @@ func (s *Sampler) drain(rec *ringbuf.Record) bool {
 		}
 		if pe != nil {
 			if !pe.Exit && s.onExec != nil {
-				s.onExec(pe.PID, pe.Time)
+				s.onExec(pe.PID, pe.Time, pe.Image)
 			}
 			select {
 			case s.procs <- *pe:

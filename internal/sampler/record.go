@@ -8,6 +8,7 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/clock"
+	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 )
 
@@ -38,6 +39,8 @@ type ProcEvent struct {
 	PID  uint32
 	Exit bool
 	Time time.Time
+	// Image is where an exec's new image lies, nil for an exit.
+	Image *proc.Image
 }
 
 var (
@@ -78,10 +81,7 @@ type recordAlloc struct {
 // two allocations, the record with its stack top and the frames.
 func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	if len(raw) == procSize {
-		kt := clock.KTime(binary.LittleEndian.Uint64(raw[0:]))
-		pid := binary.LittleEndian.Uint32(raw[8:])
-		kind := bpf.SamplerProcEventKind(binary.LittleEndian.Uint32(raw[12:]))
-		return nil, &ProcEvent{PID: pid, Exit: kind == bpf.SamplerProcEventKindPROC_EXIT, Time: d.conv.Time(kt)}, nil
+		return nil, d.procEvent(raw), nil
 	}
 	if len(raw) < headerSize || len(raw) > sampleSize || (len(raw)-headerSize)%8 != 0 {
 		return nil, nil, fmt.Errorf("decode record: unexpected size %d", len(raw))
@@ -156,4 +156,21 @@ func (d *decoder) comm(c *[16]int8) string {
 	s := string(b)
 	d.comms[*c] = s
 	return s
+}
+
+// procEvent decodes an exec or exit record.
+func (d *decoder) procEvent(raw []byte) *ProcEvent {
+	var e bpf.SamplerProcLifecycle
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&e)), procSize), raw)
+	pe := &ProcEvent{PID: e.Pid, Exit: e.Kind == uint32(bpf.SamplerProcEventKindPROC_EXIT), Time: d.conv.Time(clock.KTime(e.KtimeNs))}
+	if pe.Exit {
+		return pe
+	}
+	img := &proc.Image{Entry: e.Entry, InterpBase: e.InterpBase, Inode: e.ExeIno, Dev: proc.KernelDev(e.ExeDev)}
+	if n := int(e.PathLen); n > 1 && n <= len(e.Path) {
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&e.Path[0])), n-1)
+		img.Path = string(b)
+	}
+	pe.Image = img
+	return pe
 }

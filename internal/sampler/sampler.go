@@ -20,6 +20,7 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/clock"
+	"github.com/spanprof/spanprof/internal/proc"
 )
 
 // PinDir is where maps shared with other programs are pinned.
@@ -51,8 +52,9 @@ type Options struct {
 	Clock  *clock.Converter
 	// OnExec, if set, is called from the reader as soon as an exec is
 	// read, before the records after it are queued: a short-lived process
-	// must be read from /proc before it is gone. at is the exec time.
-	OnExec func(pid uint32, at time.Time)
+	// must be read from /proc before it is gone. at is the exec time, img
+	// where the new image lies.
+	OnExec func(pid uint32, at time.Time, img *proc.Image)
 }
 
 // Sampler owns the loaded programs and the ring-buffer reader.
@@ -64,7 +66,7 @@ type Sampler struct {
 	perf   []int
 	reader *ringbuf.Reader
 	freq   int
-	onExec func(pid uint32, at time.Time)
+	onExec func(pid uint32, at time.Time, img *proc.Image)
 	// ring wakes Run for the kernel's wake-ups, its poll deadline and
 	// Stop, through the Go netpoller.
 	ring *ringWait

@@ -1,0 +1,155 @@
+package proc
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Image is where an exec put the new program, as the kernel reports it at
+// the exec: enough to lay out the executable's and its interpreter's code
+// from their ELF headers when the process is gone before /proc/PID/maps
+// can be read (a process living a millisecond).
+type Image struct {
+	// Path is the file executed as the process saw it (for a script, its
+	// interpreter); Dev and Inode name that file.
+	Path  string
+	Dev   string // "major:minor" in hex, as /proc/PID/maps shows it
+	Inode uint64
+	// Entry is the auxiliary vector's AT_ENTRY: the executable's load
+	// bias plus its ELF entry point. InterpBase is AT_BASE: the dynamic
+	// loader's load bias, 0 for a static executable.
+	Entry, InterpBase uint64
+}
+
+// KernelDev formats a kernel dev_t (major << 20 | minor) as maps does.
+func KernelDev(dev uint32) string {
+	return fmt.Sprintf("%02x:%02x", dev>>20, dev&(1<<20-1))
+}
+
+// synthesize builds the process from its exec image: the executable
+// segments of the executable and of its interpreter, placed by the load
+// biases the kernel reported. The files are found among those the tracker
+// holds for other processes (a short-lived child runs what its siblings
+// and parent map), else opened by path and checked to be the inode that
+// was executed. Callers hold t.mu.
+func (t *Tracker) synthesize(pid uint32, img *Image) (*Process, error) {
+	if img == nil || img.Path == "" || img.Inode == 0 {
+		return nil, fmt.Errorf("no exec image")
+	}
+	p := &Process{PID: pid, Exe: img.Path, Files: map[uint64]*os.File{}, Exited: true}
+	exe, ok := t.shared(fileKey{dev: img.Dev, inode: img.Inode}, img.Path)
+	if !ok {
+		return nil, fmt.Errorf("executable %s (inode %d) not found", img.Path, img.Inode)
+	}
+	ef, err := elf.NewFile(exe)
+	if err != nil {
+		t.unref(exe)
+		return nil, fmt.Errorf("executable %s: %w", img.Path, err)
+	}
+	bias := uint64(0)
+	if ef.Type == elf.ET_DYN {
+		if img.Entry == 0 {
+			t.unref(exe)
+			return nil, fmt.Errorf("executable %s: no AT_ENTRY to place it", img.Path)
+		}
+		bias = img.Entry - ef.Entry
+	}
+	t.place(p, exe, ef, bias, img.Path, img.Dev, img.Inode)
+	interp := interpreter(ef)
+	if interp != "" && img.InterpBase != 0 {
+		if st, err := os.Stat(interp); err == nil {
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				key := fileKey{dev: fmt.Sprintf("%02x:%02x", unix.Major(sys.Dev), unix.Minor(sys.Dev)), inode: sys.Ino}
+				if f, ok := t.shared(key, interp); ok {
+					if lf, err := elf.NewFile(f); err == nil {
+						t.place(p, f, lf, img.InterpBase, interp, key.dev, key.inode)
+					} else {
+						t.unref(f)
+					}
+				}
+			}
+		}
+	}
+	sort.Slice(p.Mappings, func(i, j int) bool { return p.Mappings[i].Start < p.Mappings[j].Start })
+	return p, nil
+}
+
+// place adds the executable PT_LOAD segments of f, loaded at bias, to p,
+// with one reference to f per mapping it adds.
+func (t *Tracker) place(p *Process, f *os.File, ef *elf.File, bias uint64, path, dev string, inode uint64) {
+	const page = 4096
+	added := 0
+	for _, ph := range ef.Progs {
+		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_X == 0 || ph.Memsz == 0 {
+			continue
+		}
+		start := (bias + ph.Vaddr) &^ (page - 1)
+		end := (bias + ph.Vaddr + ph.Memsz + page - 1) &^ (page - 1)
+		m := Mapping{Start: start, End: end, Offset: ph.Off &^ (page - 1), Dev: dev, Inode: inode, Path: path}
+		p.Mappings = append(p.Mappings, m)
+		if added > 0 {
+			t.ref(f)
+		}
+		p.Files[start] = f
+		added++
+	}
+	if added == 0 {
+		t.unref(f)
+	}
+}
+
+// interpreter returns the PT_INTERP path of ef, or "".
+func interpreter(ef *elf.File) string {
+	for _, ph := range ef.Progs {
+		if ph.Type == elf.PT_INTERP {
+			b := make([]byte, ph.Filesz)
+			if _, err := ph.ReadAt(b, 0); err != nil {
+				return ""
+			}
+			if i := len(b) - 1; i >= 0 && b[i] == 0 {
+				b = b[:i]
+			}
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// shared returns a referenced handle of the file key names: the one the
+// tracker already holds, else path opened and checked to be that inode.
+// Callers hold t.mu.
+func (t *Tracker) shared(key fileKey, path string) (*os.File, bool) {
+	if sf, ok := t.files[key]; ok {
+		sf.refs++
+		return sf.f, true
+	}
+	if !filepath.IsAbs(path) {
+		return nil, false
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, false
+	}
+	st, err := fh.Stat()
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if err != nil || !ok || sys.Ino != key.inode {
+		fh.Close()
+		return nil, false
+	}
+	t.files[key] = &sharedFile{f: fh, refs: 1}
+	t.keys[fh] = key
+	return fh, true
+}
+
+// ref takes one more reference to a handle the tracker shares.
+func (t *Tracker) ref(f *os.File) {
+	if k, ok := t.keys[f]; ok {
+		t.files[k].refs++
+	}
+}
