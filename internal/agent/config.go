@@ -125,6 +125,13 @@ type Symbolization struct {
 	// inflating it again. Empty keeps none. Default: spanprof-dwarf in
 	// the temporary directory.
 	DWARFCacheDir string `yaml:"dwarf_cache_dir"`
+	// CacheMiB bounds the estimated memory of parsed binaries (symbol
+	// tables, Go pclntabs, DWARF unit tables), least recently used
+	// evicted first. A Go binary's pclntab alone is megabytes: on a host
+	// running many large Go programs a bound below their sum makes
+	// reports parse them again (spanprof_symbolize_objects_evicted_total).
+	// Default 32.
+	CacheMiB int `yaml:"cache_mib"`
 }
 
 // Memory tunes the Go runtime of the agent. GOGC and GOMEMLIMIT in the
@@ -157,7 +164,7 @@ func Default() Config {
 			Retry:           Retry{InitialInterval: time.Second, MaxInterval: 30 * time.Second, MaxElapsed: 5 * time.Minute},
 			ShutdownTimeout: 5 * time.Second,
 		},
-		Symbolization: Symbolization{Mode: "local", DWARFCacheDir: filepath.Join(os.TempDir(), "spanprof-dwarf")},
+		Symbolization: Symbolization{Mode: "local", DWARFCacheDir: filepath.Join(os.TempDir(), "spanprof-dwarf"), CacheMiB: 32},
 		Memory:        Memory{GCPercent: 50},
 		MetricsListen: "127.0.0.1:9464",
 		LogLevel:      "info",
@@ -193,6 +200,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Memory.GCPercent < 10 || c.Memory.GCPercent > 1000 {
 		return fmt.Errorf("memory gc_percent %d out of range 10..1000", c.Memory.GCPercent)
+	}
+	if c.Symbolization.CacheMiB < 1 {
+		return fmt.Errorf("symbolization cache_mib %d: want at least 1", c.Symbolization.CacheMiB)
 	}
 	if c.Memory.LimitMiB < 0 {
 		return fmt.Errorf("memory limit_mib %d is negative", c.Memory.LimitMiB)

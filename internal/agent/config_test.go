@@ -55,6 +55,7 @@ symbolization:
   debuginfod_urls: [https://debuginfod.example.org]
   debug_dirs: [/srv/debug]
   dwarf_cache_dir: /var/cache/spanprof
+  cache_mib: 48
 memory:
   gc_percent: 80
   limit_mib: 96
@@ -88,7 +89,7 @@ func TestParseArgsFile(t *testing.T) {
 			ShutdownTimeout: 9 * time.Second,
 		},
 		Symbolization: Symbolization{Mode: "local", DebuginfodURLs: []string{"https://debuginfod.example.org"}, DebugDirs: []string{"/srv/debug"},
-			DWARFCacheDir: "/var/cache/spanprof"},
+			DWARFCacheDir: "/var/cache/spanprof", CacheMiB: 48},
 		Memory:        Memory{GCPercent: 80, LimitMiB: 96},
 		MetricsListen: "0.0.0.0:9999",
 		HostName:      "node-1",
@@ -212,6 +213,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{"bad yaml", nil, nil, "export: [\n", "parse config"},
 		{"wrong type", nil, nil, "frequency: fast\n", "parse config"},
 		{"queue size", nil, nil, "export:\n  queue_size: 0\n", "queue size must be at least 1"},
+		{"symbol cache", nil, nil, "symbolization:\n  cache_mib: 0\n", "cache_mib 0: want at least 1"},
 		{"gc percent", nil, nil, "memory:\n  gc_percent: 5\n", "gc_percent 5 out of range"},
 		{"memory limit", nil, nil, "memory:\n  limit_mib: -1\n", "limit_mib -1 is negative"},
 		{"missing file", []string{"--config", "/nonexistent.yaml"}, nil, "", "read config"},

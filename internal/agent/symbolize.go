@@ -30,7 +30,7 @@ func newSymbolization(cfg Symbolization, log *slog.Logger, reg prometheus.Regist
 	}
 	s := &symbolization{mode: mode, perfMaps: perfmap.New(perfmap.Options{})}
 	opts := symbolize.Options{Mode: mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug"),
-		DWARFSpillDir: cfg.DWARFCacheDir}
+		DWARFSpillDir: cfg.DWARFCacheDir, MaxBytes: int64(cfg.CacheMiB) << 20}
 	if mode == symbolize.ModeFull {
 		urls := cfg.DebuginfodURLs
 		if len(urls) == 0 {
