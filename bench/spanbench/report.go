@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -124,7 +125,10 @@ func (b *bench) ratios() string {
 	var sb strings.Builder
 	bar := func(name string, v, limit float64, how string) {
 		verdict := "met"
-		if v > limit {
+		switch {
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			verdict = "no data" // a figure was missing: 0/0 compared as met
+		case v > limit:
 			verdict = "NOT met"
 		}
 		fmt.Fprintf(&sb, "| %s | %s | ≤ %g | %s |\n", name, how, limit, verdict)

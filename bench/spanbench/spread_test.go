@@ -63,6 +63,24 @@ func TestSlowdownPairedByRound(t *testing.T) {
 	}
 }
 
+// TestBarWithoutDataIsNotMet checks that a bar whose figures are missing
+// (no eBPF runs counted: 0 / 0) reads "no data", not "met".
+func TestBarWithoutDataIsNotMet(t *testing.T) {
+	b := &bench{slow: []slowRow{{round: 0, prof: "baseline", chainNs: 1e9}}}
+	n := 0
+	for _, l := range strings.Split(b.ratios(), "\n") {
+		if strings.HasPrefix(l, "| eBPF ns per") {
+			n++
+			if !strings.HasSuffix(l, "| no data |") {
+				t.Errorf("bar without figures: %s", l)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no eBPF bars in:\n%s", b.ratios())
+	}
+}
+
 // slowdownBar is the workload-slowdown line of the quality bars.
 func slowdownBar(b *bench) string {
 	for _, l := range strings.Split(b.ratios(), "\n") {
