@@ -49,6 +49,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		PIDs:      sampledPIDs,
 		OnExec:    tracker.Exec, // read short-lived processes at once
 		OffCPU:    sampler.OffCPUOptions{Enabled: cfg.OffCPU, Threshold: cfg.OffCPUThreshold},
+		RingBytes: cfg.Memory.RingMiB << 20,
 		Logger:    log,
 	})
 	if err != nil {

@@ -147,6 +147,13 @@ type Memory struct {
 	// collector runs continuously (up to half the CPU): set it with room
 	// over the spanprof_go_memstats figures of your workload.
 	LimitMiB int `yaml:"limit_mib"`
+	// RingMiB is the size of the ring buffer the kernel writes samples
+	// into, in MiB: a power of two, at least 2. The kernel maps its data
+	// twice, so it counts double in the agent's RSS. The reader drains it
+	// every 200 ms and whenever it holds 1 MiB; losses when it is full are
+	// counted (spanprof_samples_lost_total{reason="ringbuf_full"}).
+	// Default 4.
+	RingMiB int `yaml:"ring_mib"`
 }
 
 // Default returns the configuration used where nothing is said.
@@ -165,7 +172,7 @@ func Default() Config {
 			ShutdownTimeout: 5 * time.Second,
 		},
 		Symbolization: Symbolization{Mode: "local", DWARFCacheDir: filepath.Join(os.TempDir(), "spanprof-dwarf"), CacheMiB: 32},
-		Memory:        Memory{GCPercent: 50},
+		Memory:        Memory{GCPercent: 50, RingMiB: 4},
 		MetricsListen: "127.0.0.1:9464",
 		LogLevel:      "info",
 	}
@@ -203,6 +210,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Symbolization.CacheMiB < 1 {
 		return fmt.Errorf("symbolization cache_mib %d: want at least 1", c.Symbolization.CacheMiB)
+	}
+	if r := c.Memory.RingMiB; r < 2 || r&(r-1) != 0 || r > 1024 {
+		return fmt.Errorf("memory ring_mib %d: want a power of two from 2 to 1024", r)
 	}
 	if c.Memory.LimitMiB < 0 {
 		return fmt.Errorf("memory limit_mib %d is negative", c.Memory.LimitMiB)

@@ -48,8 +48,12 @@ type Options struct {
 	Queue int
 	// OffCPU enables and tunes off-CPU sampling on sched_switch.
 	OffCPU OffCPUOptions
-	Logger *slog.Logger
-	Clock  *clock.Converter
+	// RingBytes sizes the ring buffer the programs write to (a power of
+	// two, at least 2 MiB: the reader is woken at 1 MiB); 0 keeps the
+	// 8 MiB of the object.
+	RingBytes int
+	Logger    *slog.Logger
+	Clock     *clock.Converter
 	// OnExec, if set, is called from the reader as soon as an exec is
 	// read, before the records after it are queued: a short-lived process
 	// must be read from /proc before it is gone. at is the exec time, img
@@ -121,6 +125,12 @@ func New(opts Options) (*Sampler, error) {
 		if err := spec.Variables[bpf.SamplerVarFilterPids].Set(uint8(1)); err != nil {
 			return nil, fmt.Errorf("set filter_pids: %w", err)
 		}
+	}
+	if n := opts.RingBytes; n != 0 {
+		if n < 2<<20 || n&(n-1) != 0 {
+			return nil, fmt.Errorf("ring buffer of %d bytes: want a power of two of at least 2 MiB", n)
+		}
+		spec.Maps[bpf.SamplerMapSamples].MaxEntries = uint32(n)
 	}
 	collOpts := &ebpf.CollectionOptions{}
 	if err := ensureBPFFS(PinDir); err != nil {
