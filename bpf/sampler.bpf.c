@@ -562,7 +562,28 @@ static __always_inline struct proc_lifecycle *proc_event_reserve(__u32 pid, __u3
 	e->exe_ino = 0;
 	e->exe_dev = 0;
 	e->path_len = 0;
+	e->interp_ino = 0;
+	e->interp_dev = 0;
+	e->pad = 0;
 	return e;
+}
+
+struct file_id {
+	__u64 ino;
+	__u32 dev;
+};
+
+/* interp_file records the file of the mapping at the interpreter's base. */
+static long interp_file(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
+{
+	struct file_id *id = ctx;
+	struct file *f = vma->vm_file;
+
+	if (f) {
+		id->ino = f->f_inode->i_ino;
+		id->dev = f->f_inode->i_sb->s_dev;
+	}
+	return 0;
 }
 
 /* Wake the reader at once: a short-lived process must be read from /proc
@@ -609,6 +630,15 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	if (file) {
 		e->exe_ino = file->f_inode->i_ino;
 		e->exe_dev = file->f_inode->i_sb->s_dev;
+	}
+	/* Which file the loader is, so user space never places another one
+	 * of the same path (a container's against the host's). */
+	if (e->interp_base && bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_find_vma)) {
+		struct file_id id = {};
+
+		bpf_find_vma(p, e->interp_base, interp_file, &id, 0);
+		e->interp_ino = id.ino;
+		e->interp_dev = id.dev;
 	}
 	n = bpf_probe_read_kernel_str(e->path, sizeof(e->path), bprm->interp);
 	e->path_len = n > 0 ? n : 0;

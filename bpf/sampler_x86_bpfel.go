@@ -102,6 +102,9 @@ type SamplerProcLifecycle struct {
 	ExeIno     uint64
 	ExeDev     uint32
 	PathLen    uint32
+	InterpIno  uint64
+	InterpDev  uint32
+	Pad        uint32
 	Path       [256]int8
 }
 

@@ -164,6 +164,9 @@ struct proc_lifecycle {
 	__u64 exe_ino;     /* the file executed (the interpreter of a script) */
 	__u32 exe_dev;     /* kernel dev_t: major << 20 | minor */
 	__u32 path_len;    /* bytes of path with its NUL, 0 when unread */
+	__u64 interp_ino;  /* the file mapped at interp_base, 0 when unknown */
+	__u32 interp_dev;
+	__u32 pad;
 	char path[EXEC_PATH_LEN];
 };
 

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Image is where an exec put the new program, as the kernel reports it at
@@ -25,6 +23,11 @@ type Image struct {
 	// bias plus its ELF entry point. InterpBase is AT_BASE: the dynamic
 	// loader's load bias, 0 for a static executable.
 	Entry, InterpBase uint64
+	// InterpDev and InterpInode name the file mapped at InterpBase; the
+	// loader is placed only when they are known (the same path can name
+	// another file in the agent's mount namespace).
+	InterpDev   string
+	InterpInode uint64
 }
 
 // KernelDev formats a kernel dev_t (major << 20 | minor) as maps does.
@@ -62,17 +65,13 @@ func (t *Tracker) synthesize(pid uint32, img *Image) (*Process, error) {
 	}
 	t.place(p, exe, ef, bias, img.Path, img.Dev, img.Inode)
 	interp := interpreter(ef)
-	if interp != "" && img.InterpBase != 0 {
-		if st, err := os.Stat(interp); err == nil {
-			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-				key := fileKey{dev: fmt.Sprintf("%02x:%02x", unix.Major(sys.Dev), unix.Minor(sys.Dev)), inode: sys.Ino}
-				if f, ok := t.shared(key, interp); ok {
-					if lf, err := elf.NewFile(f); err == nil {
-						t.place(p, f, lf, img.InterpBase, interp, key.dev, key.inode)
-					} else {
-						t.unref(f)
-					}
-				}
+	if interp != "" && img.InterpBase != 0 && img.InterpInode != 0 {
+		key := fileKey{dev: img.InterpDev, inode: img.InterpInode}
+		if f, ok := t.shared(key, interp); ok {
+			if lf, err := elf.NewFile(f); err == nil {
+				t.place(p, f, lf, img.InterpBase, interp, key.dev, key.inode)
+			} else {
+				t.unref(f)
 			}
 		}
 	}
@@ -137,8 +136,11 @@ func (t *Tracker) shared(key fileKey, path string) (*os.File, bool) {
 		return nil, false
 	}
 	st, err := fh.Stat()
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if err != nil || !ok || sys.Ino != key.inode {
+	if err != nil {
+		fh.Close()
+		return nil, false
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || sys.Ino != key.inode {
 		fh.Close()
 		return nil, false
 	}

@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -37,6 +38,20 @@ func imageOf(t *testing.T, pid int) *Image {
 			img.InterpBase = val
 		case 9:
 			img.Entry = val
+		}
+	}
+	// The loader's file, as the kernel finds it at AT_BASE.
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var start, end, off, inode uint64
+		var perms, dev string
+		if n, _ := fmt.Sscanf(sc.Text(), "%x-%x %s %x %s %d", &start, &end, &perms, &off, &dev, &inode); n == 6 && start == img.InterpBase {
+			img.InterpDev, img.InterpInode = dev, inode
 		}
 	}
 	return img
@@ -108,5 +123,16 @@ func TestSynthesizeMatchesMaps(t *testing.T) {
 	}
 	if a := p.Find(img.Entry); a == nil || a.Path != img.Path {
 		t.Errorf("the entry point %#x is not in the executable's mapping", img.Entry)
+	}
+
+	// A loader path naming another file than the one mapped (a
+	// container's loader seen from the host) is not placed.
+	other := *img
+	other.InterpInode++
+	tr2 := NewTracker("/nonexistent", nil)
+	defer tr2.Close()
+	tr2.Exec(uint32(pid), time.Now(), &other)
+	if p2 := tr2.Get(uint32(pid)); len(p2.Mappings) != 1 || p2.Mappings[0].Path != img.Path {
+		t.Errorf("with the loader's inode wrong, placed %+v; want the executable alone", p2.Mappings)
 	}
 }

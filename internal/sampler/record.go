@@ -166,7 +166,8 @@ func (d *decoder) procEvent(raw []byte) *ProcEvent {
 	if pe.Exit {
 		return pe
 	}
-	img := &proc.Image{Entry: e.Entry, InterpBase: e.InterpBase, Inode: e.ExeIno, Dev: proc.KernelDev(e.ExeDev)}
+	img := &proc.Image{Entry: e.Entry, InterpBase: e.InterpBase, Inode: e.ExeIno, Dev: proc.KernelDev(e.ExeDev),
+		InterpInode: e.InterpIno, InterpDev: proc.KernelDev(e.InterpDev)}
 	if n := int(e.PathLen); n > 1 && n <= len(e.Path) {
 		b := unsafe.Slice((*byte)(unsafe.Pointer(&e.Path[0])), n-1)
 		img.Path = string(b)
