@@ -12,6 +12,11 @@ import (
 type Cache struct {
 	log *slog.Logger
 	max int
+	// maxBytes bounds the section data the cached tables hold: a Go
+	// binary's table keeps its whole pclntab (7 MB for a 30 MB binary),
+	// so a count alone lets a host of Go programs take hundreds of MB.
+	maxBytes int64
+	bytes    int64
 
 	mu    sync.Mutex
 	order *list.List // of *cacheEntry, front is most recent
@@ -23,6 +28,7 @@ type cacheEntry struct {
 	done  chan struct{}
 	table *Table
 	err   error
+	size  int64 // counted in Cache.bytes once the table is read
 }
 
 // NewCache returns a cache holding at most max tables (0 means 256).
@@ -33,7 +39,38 @@ func NewCache(log *slog.Logger, max int) *Cache {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Cache{log: log, max: max, order: list.New(), items: map[string]*list.Element{}}
+	return &Cache{log: log, max: max, maxBytes: DefaultCacheBytes, order: list.New(), items: map[string]*list.Element{}}
+}
+
+// DefaultCacheBytes is the section data a Cache keeps at most.
+const DefaultCacheBytes = 24 << 20
+
+// SetMaxBytes bounds the section data the cached tables hold; the most
+// recent table stays whatever its size.
+func (c *Cache) SetMaxBytes(n int64) {
+	c.mu.Lock()
+	c.maxBytes = n
+	c.evict()
+	c.mu.Unlock()
+}
+
+// evict drops least recently used tables past the count and byte bounds,
+// keeping the most recent one. Callers hold c.mu.
+func (c *Cache) evict() {
+	for c.order.Len() > 1 && (c.order.Len() > c.max || c.bytes > c.maxBytes) {
+		back := c.order.Back()
+		e := back.Value.(*cacheEntry)
+		c.order.Remove(back)
+		delete(c.items, e.key)
+		c.bytes -= e.size
+	}
+}
+
+// Bytes reports the section data the cached tables hold.
+func (c *Cache) Bytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
 }
 
 // Table returns the table of the file identified by key, reading it from
@@ -51,14 +88,18 @@ func (c *Cache) Table(key, openPath string) (*Table, error) {
 	}
 	e := &cacheEntry{key: key, done: make(chan struct{})}
 	c.items[key] = c.order.PushFront(e)
-	if c.order.Len() > c.max {
-		back := c.order.Back()
-		c.order.Remove(back)
-		delete(c.items, back.Value.(*cacheEntry).key)
-	}
+	c.evict()
 	c.mu.Unlock()
 
-	e.table, e.err = OpenTable(openPath)
+	table, err := OpenTable(openPath)
+	c.mu.Lock()
+	e.table, e.err = table, err
+	if el, ok := c.items[key]; ok && el.Value == e {
+		e.size = table.Size()
+		c.bytes += e.size
+		c.evict()
+	}
+	c.mu.Unlock()
 	close(e.done)
 	if e.err != nil {
 		c.log.Debug("read unwind table", "path", openPath, "err", e.err)

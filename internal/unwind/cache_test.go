@@ -56,3 +56,32 @@ func TestScanMatchesHdr(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheBytes bounds the cache by the section data its tables hold:
+// a Go binary's table keeps the whole pclntab.
+func TestCacheBytes(t *testing.T) {
+	c := NewCache(nil, 100)
+	g, err := c.Table("go", fixture("goprog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Size() < 100<<10 {
+		t.Fatalf("a Go binary's table holds %d bytes, want its pclntab counted", g.Size())
+	}
+	if c.Bytes() != g.Size() {
+		t.Errorf("cache counts %d bytes, table holds %d", c.Bytes(), g.Size())
+	}
+	c.SetMaxBytes(g.Size())
+	b, err := c.Table("c", fixture("chain-clang"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Len() != 1 || c.Bytes() != b.Size() {
+		t.Errorf("after a second table past the bound: %d tables, %d bytes; want 1 table of %d bytes", c.Len(), c.Bytes(), b.Size())
+	}
+	// The most recent table stays even when it alone is over the bound.
+	c.SetMaxBytes(1)
+	if c.Len() != 1 {
+		t.Errorf("the most recent table was evicted: %d tables", c.Len())
+	}
+}

@@ -18,6 +18,8 @@ const maxCachedFuncs = 4096
 type Table struct {
 	// sources are asked in order: Go pclntab, .eh_frame, .debug_frame.
 	sources []source
+	// size is the bytes of section data the sources hold.
+	size int64
 
 	mu    sync.Mutex
 	funcs map[uint64][]row // function start → rows
@@ -43,6 +45,7 @@ func NewTable(f *elf.File) (*Table, error) {
 			return nil, err
 		}
 		t.sources = append(t.sources, g)
+		t.size += int64(len(p.Data))
 		isGo = true
 	} else if !errors.Is(err, symbolize.ErrNoPclntab) {
 		return nil, err
@@ -53,6 +56,7 @@ func NewTable(f *elf.File) (*Table, error) {
 	}
 	if eh != nil {
 		t.sources = append(t.sources, eh)
+		t.size += sectionSize(f, ".eh_frame")
 	}
 	// Go's .debug_frame hides its frame pointers; only C uses it.
 	if !isGo {
@@ -62,9 +66,26 @@ func NewTable(f *elf.File) (*Table, error) {
 		}
 		if dbg != nil {
 			t.sources = append(t.sources, dbg)
+			t.size += sectionSize(f, ".debug_frame")
 		}
 	}
 	return t, nil
+}
+
+func sectionSize(f *elf.File, name string) int64 {
+	if s := f.Section(name); s != nil {
+		return int64(s.Size)
+	}
+	return 0
+}
+
+// Size returns the bytes of section data the table holds (a Go binary's
+// whole pclntab, the frame sections), which bound its memory.
+func (t *Table) Size() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.size
 }
 
 // OpenTable reads the unwind information of the ELF file at path.
