@@ -57,3 +57,33 @@ func TestDecodeCompactRecord(t *testing.T) {
 		t.Fatalf("failed walk: record %+v, err %v", r, err)
 	}
 }
+
+// An exec record carries the new image: entry, loader base, the files.
+func TestDecodeExecImage(t *testing.T) {
+	d := newDecoder(clock.NewConverter())
+	var e bpf.SamplerProcLifecycle
+	e.Pid, e.Kind = 42, uint32(bpf.SamplerProcEventKindPROC_EXEC)
+	e.Entry, e.InterpBase = 0x55550000_1040, 0x7f00_0000_0000
+	e.ExeIno, e.ExeDev = 1234, 8<<20|1
+	e.InterpIno, e.InterpDev = 99, 0xfd<<20|2
+	path := "/usr/bin/true"
+	for i := range path {
+		e.Path[i] = int8(path[i])
+	}
+	e.PathLen = uint32(len(path) + 1)
+	raw := append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&e)), procSize)...)
+	r, pe, err := d.decode(raw)
+	if err != nil || r != nil || pe == nil || pe.Exit || pe.PID != 42 || pe.Image == nil {
+		t.Fatalf("decode exec: %v %v %+v", err, r, pe)
+	}
+	img := *pe.Image
+	if img.Path != path || img.Entry != e.Entry || img.InterpBase != e.InterpBase ||
+		img.Inode != 1234 || img.Dev != "08:01" || img.InterpInode != 99 || img.InterpDev != "fd:02" {
+		t.Errorf("image %+v", img)
+	}
+	e.Kind = uint32(bpf.SamplerProcEventKindPROC_EXIT)
+	raw = append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&e)), procSize)...)
+	if _, pe, _ := d.decode(raw); pe == nil || !pe.Exit || pe.Image != nil {
+		t.Errorf("exit decoded as %+v", pe)
+	}
+}
