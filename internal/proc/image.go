@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"syscall"
 )
 
 // Image is where an exec put the new program, as the kernel reports it at
@@ -93,7 +92,7 @@ func (t *Tracker) place(p *Process, f *os.File, ef *elf.File, bias uint64, path,
 		m := Mapping{Start: start, End: end, Offset: ph.Off &^ (page - 1), Dev: dev, Inode: inode, Path: path}
 		p.Mappings = append(p.Mappings, m)
 		if added > 0 {
-			t.ref(f)
+			t.hold(fileKey{dev: dev, inode: inode})
 		}
 		p.Files[start] = f
 		added++
@@ -124,9 +123,8 @@ func interpreter(ef *elf.File) string {
 // tracker already holds, else path opened and checked to be that inode.
 // Callers hold t.mu.
 func (t *Tracker) shared(key fileKey, path string) (*os.File, bool) {
-	if sf, ok := t.files[key]; ok {
-		sf.refs++
-		return sf.f, true
+	if f, ok := t.hold(key); ok {
+		return f, true
 	}
 	if !filepath.IsAbs(path) {
 		return nil, false
@@ -135,23 +133,9 @@ func (t *Tracker) shared(key fileKey, path string) (*os.File, bool) {
 	if err != nil {
 		return nil, false
 	}
-	st, err := fh.Stat()
-	if err != nil {
+	if !t.share(key, fh) {
 		fh.Close()
 		return nil, false
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || sys.Ino != key.inode {
-		fh.Close()
-		return nil, false
-	}
-	t.files[key] = &sharedFile{f: fh, refs: 1}
-	t.keys[fh] = key
 	return fh, true
-}
-
-// ref takes one more reference to a handle the tracker shares.
-func (t *Tracker) ref(f *os.File) {
-	if k, ok := t.keys[f]; ok {
-		t.files[k].refs++
-	}
 }

@@ -226,9 +226,8 @@ func (t *Tracker) OpenFiles() int {
 // processes mapping the same file. Callers hold t.mu.
 func (t *Tracker) open(dir string, m *Mapping) (*os.File, bool) {
 	key := fileKey{dev: m.Dev, inode: m.Inode}
-	if sf, ok := t.files[key]; ok {
-		sf.refs++
-		return sf.f, true
+	if f, ok := t.hold(key); ok {
+		return f, true
 	}
 	fh, err := os.Open(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End)))
 	if err != nil {
@@ -238,14 +237,36 @@ func (t *Tracker) open(dir string, m *Mapping) (*os.File, bool) {
 		return nil, false
 	}
 	// Share only a handle that is the mapped inode: the fallback path may
-	// name a file replaced since the mapping was made.
-	if st, err := fh.Stat(); err == nil {
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Ino == m.Inode {
-			t.files[key] = &sharedFile{f: fh, refs: 1}
-			t.keys[fh] = key
-		}
-	}
+	// name a file replaced since the mapping was made. Another is used by
+	// this process alone.
+	t.share(key, fh)
 	return fh, true
+}
+
+// hold returns the shared handle of key with one more reference. Callers
+// hold t.mu.
+func (t *Tracker) hold(key fileKey) (*os.File, bool) {
+	sf, ok := t.files[key]
+	if !ok {
+		return nil, false
+	}
+	sf.refs++
+	return sf.f, true
+}
+
+// share makes fh the shared handle of key, with one reference, when it is
+// that inode; it reports whether it was. Callers hold t.mu.
+func (t *Tracker) share(key fileKey, fh *os.File) bool {
+	st, err := fh.Stat()
+	if err != nil {
+		return false
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || sys.Ino != key.inode {
+		return false
+	}
+	t.files[key] = &sharedFile{f: fh, refs: 1}
+	t.keys[fh] = key
+	return true
 }
 
 func (t *Tracker) read(pid uint32) (*Process, error) {
