@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -81,21 +80,22 @@ func (b *bench) sideBySide(w sideWorkload, round int) (sideRow, error) {
 		}
 		work = append(work, p)
 	}
-	sp, err := launch(profiler{name: "spanprof", ready: "spanprof: recording", args: func(tmp string) []string {
-		return []string{b.spanprof, "record", "--all", "--frequency", "999", "--duration", "1h", "--output", filepath.Join(tmp, "side.pb.gz")}
-	}}, b.tmp)
+	// The same configurations as the slowdown phase.
+	byName := map[string]profiler{}
+	for _, p := range profilers(b.spanprof, "") {
+		byName[p.name] = p
+	}
+	spProf, btProf := byName["spanprof"], byName["bpftrace"]
+	sp, err := launch(spProf, b.tmp)
 	if err != nil {
 		return row, err
 	}
-	defer sp.stop(syscall.SIGTERM, 60*time.Second)
-	bt, err := launch(profiler{name: "bpftrace", ready: "Attaching", args: func(string) []string {
-		return []string{"bpftrace", "-e", "profile:hz:999 { @[kstack, ustack] = count(); }"}
-	}}, b.tmp)
+	defer sp.stop(spProf.stop, 60*time.Second)
+	bt, err := launch(btProf, b.tmp)
 	if err != nil {
 		return row, err
 	}
-	// bpftrace prints and symbolizes its whole map on SIGTERM.
-	defer bt.kill()
+	defer bt.stop(btProf.stop, 10*time.Second)
 	spIDs, btIDs := progIDs(sp.pid()), progIDs(bt.pid())
 	sp0, bt0 := readStats(spIDs, kindSample), readStats(btIDs, kindSample)
 	time.Sleep(sideWindow)
