@@ -307,7 +307,8 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->user_sp = 0;
 	s->user_bp = 0;
 	s->stack_top_len = 0;
-	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	/* task is current; reading its comm directly spares a helper call. */
+	__builtin_memcpy(s->comm, task->comm, sizeof(s->comm));
 	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
 	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
 	read_trace_context(s, task, pid_tgid);

@@ -136,7 +136,7 @@ type SamplerStackSample struct {
 	KernFrames  int32
 	StackTopLen uint32
 	Pad1        uint32
-	StackTop    [256]uint8
+	StackTop    [128]uint8
 	Frames      [191]uint64
 }
 
