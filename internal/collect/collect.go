@@ -106,6 +106,11 @@ func New(opts Options) *Collector {
 // ProcEvent keeps the process table in step with exec and exit.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 	if e.Exit {
+		if e.Maps != nil {
+			// Libraries and vDSO of a process whose maps were read too
+			// early or never: captured by the kernel as it exited.
+			c.opts.Tracker.ExitMaps(e.PID, e.Time, e.Exe, e.Maps)
+		}
 		c.opts.Tracker.Exit(e.PID)
 		return
 	}
