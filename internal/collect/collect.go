@@ -51,6 +51,10 @@ type Options struct {
 	// PerfMaps names JIT code in anonymous memory; nil leaves it as
 	// addresses.
 	PerfMaps *perfmap.Cache
+	// VDSO names [vdso] frames; nil takes the agent's own
+	// (symbolize.SelfVDSO), unless NoVDSO.
+	VDSO   *symbolize.VDSO
+	NoVDSO bool
 }
 
 // raw is a sample kept until the profile is built; only addresses, so
@@ -96,6 +100,13 @@ func New(opts Options) *Collector {
 	}
 	if opts.Symbolizer == nil {
 		opts.Symbolizer = symbolize.New(opts.Logger, symbolize.Options{})
+	}
+	if opts.VDSO == nil && !opts.NoVDSO {
+		v, err := symbolize.SelfVDSO()
+		if err != nil {
+			opts.Logger.Warn("[vdso] frames stay unnamed", "error", err)
+		}
+		opts.VDSO = v
 	}
 	if opts.Leaf == nil && !opts.NoLeafRecovery {
 		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger, 0)}
