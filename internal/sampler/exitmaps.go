@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/cilium/ebpf"
@@ -31,6 +32,10 @@ func (s *Sampler) loadExitMaps() error {
 	if err != nil {
 		return fmt.Errorf("load exit-maps spec: %w", err)
 	}
+	return s.loadExitMapsSpec(spec)
+}
+
+func (s *Sampler) loadExitMapsSpec(spec *ebpf.CollectionSpec) error {
 	if err := spec.Variables[bpf.ExitMapsVarSelfTgid].Set(uint32(os.Getpid())); err != nil {
 		return fmt.Errorf("set self_tgid: %w", err)
 	}
@@ -56,7 +61,7 @@ func (s *Sampler) loadExitMaps() error {
 		}
 		return fmt.Errorf("load exit-maps programs: %w", err)
 	}
-	links, err := attachExitMaps(&objs)
+	links, err := attachExitMaps(&objs, s.log)
 	if err != nil {
 		objs.Close()
 		return err
@@ -72,7 +77,7 @@ func (s *Sampler) loadExitMaps() error {
 // process exits unseen. exit_group is the capture every kernel with the
 // iterator supports; sched_process_exit adds the other exits where the mm
 // is still there (6.16 on), and either one alone is enough to run.
-func attachExitMaps(objs *bpf.ExitMapsObjects) ([]link.Link, error) {
+func attachExitMaps(objs *bpf.ExitMapsObjects, log *slog.Logger) ([]link.Link, error) {
 	var links []link.Link
 	fail := func(err error) ([]link.Link, error) {
 		for _, l := range links {
@@ -90,6 +95,10 @@ func attachExitMaps(objs *bpf.ExitMapsObjects) ([]link.Link, error) {
 	}
 	if len(links) == 0 {
 		return fail(fmt.Errorf("attach syscalls/sys_enter_exit_group: %w; tp_btf/sched_process_exit: %v", errGroup, errExit))
+	}
+	if errGroup != nil {
+		log.Warn("mappings are captured at sched_process_exit only, which kernels before 6.16 trace after the mm is gone (those exits count as exit_maps_missed)",
+			"reason", fmt.Errorf("attach syscalls/sys_enter_exit_group: %w", errGroup))
 	}
 	for _, p := range []*ebpf.Program{objs.FlagExec, objs.FlagFork} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})

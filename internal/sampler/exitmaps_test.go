@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/proc"
 )
 
@@ -156,5 +159,33 @@ func TestExitMapsKilled(t *testing.T) {
 			}
 			t.Fatalf("the killed process was neither captured nor counted missed; counters %v", c)
 		}
+	}
+}
+
+// TestExitMapsOptional loads exit-capture programs the verifier rejects:
+// the error says so, and the sampler keeps running without them.
+func TestExitMapsOptional(t *testing.T) {
+	requireRoot(t)
+	s, err := New(Options{Frequency: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	had, links := s.exit, len(s.links)
+	spec, err := bpf.LoadExitMaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Returns without setting R0: no kernel accepts it.
+	spec.Programs[bpf.ExitMapsProgCaptureExitGroup].Instructions = asm.Instructions{asm.Return()}
+	err = s.loadExitMapsSpec(spec)
+	if err == nil || !strings.Contains(err.Error(), "verifier rejected") {
+		t.Fatalf("loading a rejected program: %v", err)
+	}
+	if s.exit != had || len(s.links) != links {
+		t.Error("a failed load changed the sampler's programs")
+	}
+	if _, err := s.Counters(); err != nil {
+		t.Errorf("counters: %v", err)
 	}
 }
