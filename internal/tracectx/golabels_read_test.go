@@ -200,7 +200,9 @@ var _ io.ReaderAt = goFakeMem(nil)
 
 // TestReadLabelsLive runs the labels fixture of every covered Go release,
 // plain, stripped and (current Go) cgo, and reads each worker thread's
-// labels from outside, through the offsets GoOffsets derived.
+// labels from outside, through the offsets GoOffsets derived. Parked
+// workers leave their threads in the scheduler with m.curg nil: their
+// labels are found through m.lockedg, on the first read.
 func TestReadLabelsLive(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("ptrace and process_vm_readv of another process need root")
@@ -212,28 +214,47 @@ func TestReadLabelsLive(t *testing.T) {
 	builds = append(builds,
 		goFixtureBuild{toolchain: "local", pkg: "labels", cgo: true},
 		goFixtureBuild{toolchain: "local", pkg: "labels", cgo: true, stripped: true})
+	modes := []struct {
+		extra int
+		park  bool
+	}{
+		{0, false},  // 3 labels
+		{10, false}, // 13 labels: a map of 2 buckets
+		{0, true},
+	}
 	for _, b := range builds {
-		for _, extra := range []int{0, 10} { // 3 labels; 13 labels: a map of 2 buckets
-			t.Run(fmt.Sprintf("%s/labels=%d", b.name(), 3+extra), func(t *testing.T) {
+		for _, m := range modes {
+			name := fmt.Sprintf("%s/labels=%d", b.name(), 3+m.extra)
+			if m.park {
+				name += "/parked"
+			}
+			t.Run(name, func(t *testing.T) {
 				bin := buildGoFixture(t, b)
 				info, err := GoOffsets(bin)
 				if err != nil {
 					t.Fatalf("GoOffsets: %v", err)
 				}
-				pid, workers := startLabelsFixture(t, bin, 3, extra)
+				if info.OffLockedg == 0 {
+					t.Fatalf("GoOffsets found no m.lockedg offset (source %s)", info.Source)
+				}
+				pid, workers := startLabelsFixture(t, bin, 3, m.extra, m.park)
 				for _, w := range workers {
-					goExpectLabels(t, pid, w, info)
+					if m.park {
+						goExpectParkedLabels(t, pid, w, info)
+					} else {
+						goExpectLabels(t, pid, w, info)
+					}
 				}
 			})
 		}
 	}
 }
 
-// goExpectLabels reads w's thread until it shows w's labels. A read may
-// find no goroutine on the thread (curg nil): sysmon preempts a goroutine
-// that ran 10 ms, and a locked goroutine's thread waits in the scheduler
-// until it runs again; the eBPF program sees the same. A read must never
-// return other labels.
+// goExpectLabels reads w's thread until it shows w's labels. The thread
+// runs only w's goroutine, in the scheduler too (sysmon preempts it after
+// 10 ms, and it waits there until it runs again): every read should find
+// the labels, through m.curg or m.lockedg. Retries are left for a read
+// that races the runtime; a read must never return other labels.
 func goExpectLabels(t *testing.T, pid int, w labelsWorker, info *GoRuntimeInfo) {
 	t.Helper()
 	const attempts = 200
@@ -259,4 +280,17 @@ func goExpectLabels(t *testing.T, pid int, w labelsWorker, info *GoRuntimeInfo) 
 		return
 	}
 	t.Errorf("tid %d: no labels in %d reads", w.tid, attempts)
+}
+
+// goExpectParkedLabels reads the thread of a parked worker once: m.curg is
+// nil for good, so the labels come from m.lockedg or not at all.
+func goExpectParkedLabels(t *testing.T, pid int, w labelsWorker, info *GoRuntimeInfo) {
+	t.Helper()
+	got, err := ReadLabels(pid, w.tid, info)
+	if err != nil {
+		t.Fatalf("ReadLabels(tid %d): %v", w.tid, err)
+	}
+	if !reflect.DeepEqual(got, w.labels) {
+		t.Errorf("parked tid %d: labels %v, want %v", w.tid, got, w.labels)
+	}
 }
