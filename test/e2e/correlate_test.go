@@ -17,8 +17,12 @@ import (
 type truthSpan struct {
 	tid         int
 	trace, span string
-	start, end  uint64
-	function    string
+	// start..end encloses the time the thread carried the span's ids;
+	// held..released lies inside that time. Workloads that record one
+	// window give both the same.
+	start, end     uint64
+	held, released uint64
+	function       string
 }
 
 func readTruth(t *testing.T, path string) map[int][]truthSpan {
@@ -32,16 +36,23 @@ func readTruth(t *testing.T, path string) map[int][]truthSpan {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		p := strings.Fields(sc.Text())
-		if len(p) == 7 {
-			p = p[1:] // the Go service leads with the goroutine id
+		if len(p) == 9 {
+			// The Go service leads with the goroutine id and ends with
+			// its inner window.
+			p = p[1:]
 		}
-		if len(p) != 6 {
+		if len(p) != 6 && len(p) != 8 {
 			t.Fatalf("bad truth line %q", sc.Text())
 		}
 		tid, _ := strconv.Atoi(p[0])
 		start, _ := strconv.ParseUint(p[3], 10, 64)
 		end, _ := strconv.ParseUint(p[4], 10, 64)
-		out[tid] = append(out[tid], truthSpan{tid, p[1], p[2], start, end, p[5]})
+		held, released := start, end
+		if len(p) == 8 {
+			held, _ = strconv.ParseUint(p[6], 10, 64)
+			released, _ = strconv.ParseUint(p[7], 10, 64)
+		}
+		out[tid] = append(out[tid], truthSpan{tid, p[1], p[2], start, end, held, released, p[5]})
 	}
 	return out
 }
@@ -54,10 +65,12 @@ type correlation struct {
 	functionRight, checkedF int
 }
 
-// measureCorrelation compares samples with the ground truth. Spans that
-// began before the first sample are left out: a writer that publishes
-// through the uprobe hook told the kernel about them before spanprof was
-// listening.
+// measureCorrelation compares samples with the ground truth. A sample is
+// in a span when it lies in the span's inner window (held..released), 50µs
+// clear of its ends; a linked sample is right when it lies in its span's
+// outer window (start..end) within 50µs. Spans that began before the first
+// sample are left out: a writer that publishes through the uprobe hook told
+// the kernel about them before spanprof was listening.
 func measureCorrelation(samples []otlpSample, truth map[int][]truthSpan) correlation {
 	const margin = uint64(50 * time.Microsecond)
 	var c correlation
@@ -71,15 +84,16 @@ func measureCorrelation(samples []otlpSample, truth map[int][]truthSpan) correla
 		tid, _ := strconv.Atoi(s.attrs["thread.id"])
 		spans := truth[tid]
 		for _, ts := range s.times {
-			// The span whose window (±50µs) holds the sample.
+			// The span whose inner window holds the sample, 50µs clear
+			// of its ends.
 			var at *truthSpan
 			for i := range spans {
-				if ts+margin >= spans[i].start && ts <= spans[i].end+margin {
+				if ts >= spans[i].held+margin && ts+margin <= spans[i].released {
 					at = &spans[i]
 					break
 				}
 			}
-			if at != nil && at.start > first && ts >= at.start+margin && ts+margin <= at.end {
+			if at != nil && at.start > first {
 				c.inSpan++
 				if s.trace == at.trace && s.span == at.span {
 					c.inSpanRight++
