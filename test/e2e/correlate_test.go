@@ -63,6 +63,19 @@ type correlation struct {
 	linked, linkedRight     int // samples with a link; those whose link is the span at that time
 	linkedOutside           int // linked samples outside their span's window by more than 50µs
 	functionRight, checkedF int
+	// Time ranges of the samples and of the spans, to tell a recording
+	// that missed the workload from one that missed its spans' ids.
+	samplesFrom, samplesTo, spansFrom, spansTo uint64
+}
+
+// ranges describes the sampled and the span time ranges, relative to the
+// first span's start.
+func (c correlation) ranges() string {
+	rel := func(ts uint64) string { return time.Duration(int64(ts - c.spansFrom)).String() }
+	if c.samplesTo == 0 {
+		return fmt.Sprintf("no samples; spans over %s", rel(c.spansTo))
+	}
+	return fmt.Sprintf("samples from %s to %s, spans from 0s to %s", rel(c.samplesFrom), rel(c.samplesTo), rel(c.spansTo))
 }
 
 // measureCorrelation compares samples with the ground truth. A sample is
@@ -78,6 +91,13 @@ func measureCorrelation(samples []otlpSample, truth map[int][]truthSpan) correla
 	for _, s := range samples {
 		for _, ts := range s.times {
 			first = min(first, ts)
+			c.samplesTo = max(c.samplesTo, ts)
+		}
+	}
+	c.samplesFrom, c.spansFrom = first, 1<<64-1
+	for _, spans := range truth {
+		for _, sp := range spans {
+			c.spansFrom, c.spansTo = min(c.spansFrom, sp.start), max(c.spansTo, sp.end)
 		}
 	}
 	for _, s := range samples {
@@ -167,7 +187,7 @@ func TestCorrelationNative(t *testing.T) {
 				variant, c.inSpan, c.inSpanRight, pct(c.inSpanRight, c.inSpan), c.linked, c.linkedRight, pct(c.linkedRight, c.linked),
 				c.linkedOutside, c.functionRight, c.checkedF)
 			if c.inSpan < 300 {
-				t.Fatalf("only %d samples inside span windows", c.inSpan)
+				t.Fatalf("only %d samples inside span windows (%s)", c.inSpan, c.ranges())
 			}
 			if pct(c.inSpanRight, c.inSpan) < 99.5 {
 				t.Errorf("%.3f%% of in-span samples carry the span's ids, want ≥ 99.5%%", pct(c.inSpanRight, c.inSpan))
@@ -202,11 +222,13 @@ func TestCorrelationGo(t *testing.T) {
 				t.Fatalf("build service: %v\n%s", err, out)
 			}
 			truthPath := filepath.Join(dir, "truth")
-			// Long enough to outlast a slow profiler start; the service
-			// writes its ground truth when its time is up.
-			fix := startProgram(t, bin, "-duration", "12s", "-out", truthPath, "-gomaxprocs", "2")
+			// The service runs until told to stop, so a slow start of
+			// spanprof on a loaded machine cannot outlast it (a fixed
+			// 12 s did: the recording then held no sample of a span).
+			fix := startProgram(t, bin, "-duration", "120s", "-out", truthPath, "-gomaxprocs", "2")
 			out := filepath.Join(dir, "p.otlp.json")
 			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
+			fix.Process.Signal(syscall.SIGTERM) // it writes its ground truth and exits
 			if err := fix.Wait(); err != nil {
 				t.Fatalf("service: %v", err)
 			}
@@ -215,7 +237,7 @@ func TestCorrelationGo(t *testing.T) {
 				v.name, c.inSpan, c.inSpanRight, pct(c.inSpanRight, c.inSpan), c.linked, c.linkedRight, pct(c.linkedRight, c.linked),
 				c.linkedOutside, c.functionRight, c.checkedF)
 			if c.inSpan < 300 {
-				t.Fatalf("only %d samples inside span windows", c.inSpan)
+				t.Fatalf("only %d samples inside span windows (%s)", c.inSpan, c.ranges())
 			}
 			if pct(c.inSpanRight, c.inSpan) < 99.5 {
 				t.Errorf("%.3f%% of in-span samples carry the span's ids, want ≥ 99.5%%", pct(c.inSpanRight, c.inSpan))

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -160,7 +161,7 @@ func worker(ctx context.Context, tr trace.Tracer, gt *truth, seed int64, lock, s
 
 func main() {
 	workers := flag.Int("workers", 4, "worker goroutines")
-	duration := flag.Duration("duration", 10*time.Second, "run time (0: until killed)")
+	duration := flag.Duration("duration", 10*time.Second, "run time (0: until SIGTERM or SIGINT, which also end a run early)")
 	out := flag.String("out", "groundtruth.txt", "ground truth file")
 	lock := flag.Bool("lock", true, "lock each worker goroutine to its thread")
 	spawn := flag.Bool("spawn", true, "start a child goroutine inside each span")
@@ -190,10 +191,17 @@ func main() {
 		}(i)
 	}
 	fmt.Println("ready", os.Getpid())
+	// A signal ends the run as its time would: the ground truth is written
+	// either way, so a caller can stop it as soon as it has what it needs.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var timeUp <-chan time.Time
 	if *duration > 0 {
-		time.Sleep(*duration)
-	} else {
-		select {}
+		timeUp = time.After(*duration)
+	}
+	select {
+	case <-timeUp:
+	case <-sigs:
 	}
 	close(stop)
 	wg.Wait()
