@@ -75,12 +75,14 @@ struct proc_config {
 	__s64 tls_offset;
 	__u64 tls_module;
 	/* Go runtime: g at fsbase + go_tls_g, then g.m, m.curg,
-	 * curg.labels. */
+	 * curg.labels. On-CPU samples of a thread in the scheduler (m.curg
+	 * nil) take the goroutine locked to the thread, m.lockedg, instead;
+	 * 0 when its offset is unknown (offset 0 of runtime.m is g0). */
 	__s64 go_tls_g;
 	__u32 go_off_m;
 	__u32 go_off_curg;
 	__u32 go_off_labels;
-	__u32 pad2;
+	__u32 go_off_lockedg;
 };
 
 /* OTEP 4947: the whole record is at most 640 bytes, 28 of them header. */
