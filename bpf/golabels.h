@@ -3,7 +3,21 @@
  * on the sampled thread: g from TLS -> g.m -> m.curg -> curg.labels.
  * Offsets come from the agent per process (proc_config); the two label
  * layouts are those of Go's runtime/pprof. Included by sampler.bpf.c after
- * its maps and count(). */
+ * its maps and count().
+ *
+ * A thread whose goroutine called runtime.LockOSThread runs only that
+ * goroutine. When it is preempted, parks or waits for a P, its thread runs
+ * the scheduler on g0 (park_m, goschedImpl, stoplockedm: handing the P
+ * off, often starting a new M) with m.curg nil, on behalf of the locked
+ * goroutine, m.lockedg. An on-CPU sample there is in that goroutine's span
+ * and reads lockedg's labels. Only the thread itself writes m.lockedg and
+ * only the goroutine itself its labels, so a sample of the thread sees
+ * both as they are. A scheduler sample with no locked goroutine belongs to
+ * no span and stays unlinked. Off-CPU samples do not take lockedg: the
+ * locked goroutine then waits (runnable, for a P: not a span's wait) or is
+ * parked, and parked goroutines are counted by the user-space goroutine
+ * sampler (docs/go-offcpu.md); linking the thread's sleep too would count
+ * the wait twice. */
 #ifndef SPANPROF_GOLABELS_H
 #define SPANPROF_GOLABELS_H
 
@@ -115,6 +129,11 @@ static __always_inline int read_go_labels(struct stack_sample *s, struct task_st
 		goto fault;
 	if (bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + cfg->go_off_curg)))
 		goto fault;
+	if (!curg && s->kind == SAMPLE_ON_CPU && cfg->go_off_lockedg) {
+		/* The scheduler, on a thread locked to a goroutine. */
+		if (bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + cfg->go_off_lockedg)))
+			goto fault;
+	}
 	if (!curg)
 		return 0; /* the thread runs no goroutine: scheduler or idle */
 	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + cfg->go_off_labels)))

@@ -71,18 +71,18 @@ type SamplerOtelSpanCtx struct {
 }
 
 type SamplerProcConfig struct {
-	_           structs.HostLayout
-	TlsKind     uint8
-	GoLayout    uint8
-	Pad0        uint16
-	Pad1        uint32
-	TlsOffset   int64
-	TlsModule   uint64
-	GoTlsG      int64
-	GoOffM      uint32
-	GoOffCurg   uint32
-	GoOffLabels uint32
-	Pad2        uint32
+	_            structs.HostLayout
+	TlsKind      uint8
+	GoLayout     uint8
+	Pad0         uint16
+	Pad1         uint32
+	TlsOffset    int64
+	TlsModule    uint64
+	GoTlsG       int64
+	GoOffM       uint32
+	GoOffCurg    uint32
+	GoOffLabels  uint32
+	GoOffLockedg uint32
 }
 
 type SamplerProcEventKind uint32

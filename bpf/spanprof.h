@@ -79,12 +79,14 @@ struct proc_config {
 	__s64 tls_offset;
 	__u64 tls_module;
 	/* Go runtime: g at fsbase + go_tls_g, then g.m, m.curg,
-	 * curg.labels. */
+	 * curg.labels. On-CPU samples of a thread in the scheduler (m.curg
+	 * nil) take the goroutine locked to the thread, m.lockedg, instead;
+	 * 0 when its offset is unknown (offset 0 of runtime.m is g0). */
 	__s64 go_tls_g;
 	__u32 go_off_m;
 	__u32 go_off_curg;
 	__u32 go_off_labels;
-	__u32 pad2;
+	__u32 go_off_lockedg;
 };
 
 /* OTEP 4947: the whole record is at most 640 bytes, 28 of them header. */
@@ -172,6 +174,68 @@ struct proc_lifecycle {
 	__u32 interp_dev;
 	__u32 pad;
 	char path[EXEC_PATH_LEN];
+};
+
+/* Mappings captured as a process exits (bpf/exitmaps.bpf.c), for processes
+ * that appeared (exec, fork) while spanprof ran: /proc/PID/maps read at the
+ * exec shows only the executable, the loader and the vDSO, and a process
+ * living a millisecond is gone before anything else can be read.
+ *
+ * Records other than stack_sample and proc_lifecycle start with a tag whose
+ * top bit is set. Those two start with ktime_ns, which never has it (2^63 ns
+ * is 292 years of uptime), so a record is told apart by its first word,
+ * whatever its size. */
+enum record_tag {
+	REC_PROC_MAPS = 0x8000000000000001ULL,
+};
+
+/* Counters of the exit capture (map exit_counters). Like drop_counter,
+ * nothing left out goes uncounted. */
+enum exit_counter {
+	EXIT_CNT_MISSED = 0,      /* exits not captured: no mm left, VMA iterator failed, ring full */
+	EXIT_CNT_VMAS_DROPPED = 1,/* executable mappings left out of a capture (record full, scan cut) */
+	EXIT_CNT_UNTRACKED = 2,   /* processes not flagged for capture: exit_flags full */
+	EXIT_CNT_MAX = 4,
+};
+
+enum proc_vma_flag {
+	PROC_VMA_VDSO = 1,      /* the vDSO: no file, no name */
+	PROC_VMA_PATH_FULL = 2, /* the names reach the process's root directory */
+	PROC_VMA_SAME_FILE = 4, /* the file of the entry before; no name follows */
+	PROC_VMA_EXE = 8,       /* the process's executable (mm->exe_file) */
+};
+
+/* Room for entries and names in one capture; a process mapping more
+ * executable files than fit has the rest counted in dropped. */
+#define PROC_MAPS_DATA 8192
+/* Bytes one step may write past a position below PROC_MAPS_DATA. */
+#define PROC_MAPS_SLACK 256
+/* Bytes of one path component, with its NUL; longer names are not sent. */
+#define PROC_VMA_NAME_MAX 128
+
+/* One executable mapping, followed in proc_maps.data by name_len bytes: the
+ * components of its file's path, leaf first, each NUL-terminated. The next
+ * entry starts at the following multiple of 8. */
+struct proc_vma {
+	__u64 start;
+	__u64 end;
+	__u64 offset; /* file offset of start, in bytes */
+	__u64 ino;
+	__u32 dev;      /* kernel dev_t: major << 20 | minor */
+	__u16 flags;    /* enum proc_vma_flag */
+	__u16 name_len;
+};
+
+/* The executable mappings of a process as it exits. Sent cut after the
+ * len bytes of data used. */
+struct proc_maps {
+	__u64 tag; /* REC_PROC_MAPS */
+	__u64 ktime_ns;
+	__u32 pid;
+	__u32 nr;      /* proc_vma entries in data */
+	__u32 dropped; /* executable mappings left out (also in EXIT_CNT_VMAS_DROPPED) */
+	__u32 len;     /* bytes of data used */
+	__u8 data[PROC_MAPS_DATA + PROC_MAPS_SLACK];
 };
 
 #endif

@@ -39,6 +39,12 @@ func profilers(bin, reference string) []profiler {
 		{name: "bpftrace", ready: "Attaching", stop: syscall.SIGKILL, args: func(string) []string {
 			return []string{"bpftrace", "-e", "profile:hz:999 { @[kstack, ustack] = count(); }"}
 		}},
+		// The floor every tick-driven sampler pays here: the same 999 Hz
+		// CPU-clock events on every CPU, each running an eBPF program that
+		// does nothing. What a sampler adds above it is its own work.
+		{name: "timer floor", ready: "Attaching", stop: syscall.SIGKILL, args: func(string) []string {
+			return []string{"bpftrace", "-e", "profile:hz:999 { }"}
+		}},
 		// offcputime's stdout is a pipe, so its banner stays buffered.
 		{name: "offcputime", stop: syscall.SIGKILL, args: func(string) []string {
 			return []string{offcputimePath, "3600"}

@@ -154,6 +154,14 @@ func (b *bench) ratios() string {
 			bar(label, ratio, 0.5, text)
 		}
 		slowBar("spanprof", "workload slowdown at 999 Hz, spanprof / perf record -g (chain, paired by round: median (min … max))")
+		// Context for the bar: the slowdown of the timer alone, and each
+		// sampler's share above it.
+		floor := spreadOf(values(b.pairedSlowdowns("timer floor", chain)))
+		above := func(name string) float64 { return spreadOf(values(b.pairedSlowdowns(name, chain))).med - floor.med }
+		if floor.med != 0 {
+			fmt.Fprintf(&sb, "| context: slowdown of the 999 Hz CPU-clock events alone (an eBPF program that does nothing) | %s; above it: perf record -g %+.1f %%, spanprof %+.1f %%, bpftrace %+.1f %% | – | – |\n",
+				floor.pct(), 100*above("perf record -g"), 100*above("spanprof"), 100*above("bpftrace"))
+		}
 		if b.reference != "" {
 			slowBar("spanprof (reference build)", "same, the reference build (-reference)")
 		}

@@ -258,6 +258,7 @@ loop:
 	if n := tracker.Synthesized(); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d processes were gone before /proc could be read; their executable and loader were placed from the exec\n", n)
 	}
+	reportExitMaps(stderr, tracker.ExitStats(), counters)
 	if f.output == "" {
 		export.WriteSummary(stdout, prof, 15)
 		return nil
@@ -291,6 +292,19 @@ func anyAlive(pids []int) bool {
 		}
 	}
 	return false
+}
+
+// reportExitMaps says what the mappings captured at exits added, and what
+// they could not (docs/reliability.md, process churn).
+func reportExitMaps(w io.Writer, st proc.ExitStats, counters map[string]uint64) {
+	if st.Processes > 0 {
+		fmt.Fprintf(w, "spanprof: %d exited processes got %d mappings (libraries, vDSO) from their exit\n", st.Processes, st.Mappings)
+	}
+	missed, dropped, untracked := counters["exit_maps_missed"], counters["exit_vmas_dropped"], counters["exit_maps_untracked"]
+	if st.NoFile > 0 || missed+dropped+untracked > 0 {
+		fmt.Fprintf(w, "spanprof: mappings of exited processes left out: %d exits not captured, %d mappings not in a capture, %d processes not tracked, %d files not found by their inode\n",
+			missed, dropped, untracked, st.NoFile)
+	}
 }
 
 // lostCounts keeps the counters that are losses, for the profile.

@@ -36,7 +36,7 @@ func newFakeSource() *fakeSource {
 		records: make(chan *sampler.Record, 1024),
 		procs:   make(chan sampler.ProcEvent, 16),
 		counters: map[string]uint64{
-			"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2,
+			"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2, "exit_vmas_dropped": 4,
 		},
 	}
 }
@@ -184,6 +184,7 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 		"spanprof_samples_taken_total 120",
 		`spanprof_samples_lost_total{reason="ringbuf_full"} 3`,
 		`spanprof_sample_errors_total{reason="user_stack_error"} 2`,
+		`spanprof_exit_mappings_missing_total{reason="exit_vmas_dropped"} 4`,
 		"spanprof_processes_tracked 1",
 		"spanprof_samples_collected_total 36",
 		`spanprof_export_requests_total{endpoint="` + col.addr + `",result="success"}`,

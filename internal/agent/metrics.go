@@ -126,6 +126,7 @@ type counterCollector struct {
 	taken    *prometheus.Desc
 	lost     *prometheus.Desc
 	errs     *prometheus.Desc
+	exitMaps *prometheus.Desc
 	lastRead atomic.Pointer[map[string]uint64]
 }
 
@@ -138,6 +139,9 @@ func newCounterCollector(read func() (map[string]uint64, error)) *counterCollect
 			"Samples that never reached a profile, by reason (ringbuf_full, queue_full, decode, proc_events).", []string{"reason"}, nil),
 		errs: prometheus.NewDesc("spanprof_sample_errors_total",
 			"Samples kept with a part missing (stack or context read failed), by reason.", []string{"reason"}, nil),
+		exitMaps: prometheus.NewDesc("spanprof_exit_mappings_missing_total",
+			"Mappings of exited processes not captured at their exit, so their samples may keep unnamed frames, by reason "+
+				"(exit_maps_missed: whole processes; exit_vmas_dropped: mappings; exit_maps_untracked: processes).", []string{"reason"}, nil),
 	}
 }
 
@@ -145,6 +149,7 @@ func (c *counterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.taken
 	ch <- c.lost
 	ch <- c.errs
+	ch <- c.exitMaps
 }
 
 func (c *counterCollector) Collect(ch chan<- prometheus.Metric) {
@@ -170,6 +175,8 @@ func (c *counterCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.taken, prometheus.CounterValue, v)
 		case strings.HasPrefix(k, "lost_"):
 			ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, v, strings.TrimPrefix(k, "lost_"))
+		case strings.HasPrefix(k, "exit_"):
+			ch <- prometheus.MustNewConstMetric(c.exitMaps, prometheus.CounterValue, v, k)
 		default:
 			ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, v, k)
 		}

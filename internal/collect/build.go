@@ -118,6 +118,8 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 		fs = []profile.Frame{b.jitFrame(p.PID, addr, b.unknownMapping(p.PID))}
 	case m.Anonymous() && m.Path == "":
 		fs = []profile.Frame{b.jitFrame(p.PID, addr, b.mapping(p, m))}
+	case m.Path == "[vdso]" && b.opts.VDSO.Covers(m.Start, m.End):
+		fs = b.vdsoFrames(p, m, addr)
 	case m.Anonymous() || m.Path[0] == '[':
 		fs = []profile.Frame{{Address: addr, Mapping: b.mapping(p, m)}}
 	case b.opts.Mode == symbolize.ModeNone:
@@ -137,6 +139,24 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 	}
 	b.cache[k] = fs
 	return fs
+}
+
+// vdsoFrames names an address in the vDSO from the agent's own copy of
+// the image, the same in every 64-bit process of this kernel.
+func (b *builder) vdsoFrames(p *proc.Process, m *proc.Mapping, addr uint64) []profile.Frame {
+	pm := b.mapping(p, m)
+	obj, err := b.opts.Symbolizer.Open(b.opts.VDSO.Path(), "[vdso]")
+	if err != nil {
+		b.opts.Logger.Debug("open vDSO", "error", err)
+		return []profile.Frame{{Address: addr, Mapping: pm}}
+	}
+	if pm.BuildID == "" {
+		obj.FillMapping(pm)
+	}
+	if b.opts.Mode == symbolize.ModeNone {
+		return []profile.Frame{{Address: addr, Mapping: pm}}
+	}
+	return obj.Frames(nil, pm, addr)
 }
 
 // jitFrame names an address in anonymous executable memory from the

@@ -51,6 +51,10 @@ type Options struct {
 	// PerfMaps names JIT code in anonymous memory; nil leaves it as
 	// addresses.
 	PerfMaps *perfmap.Cache
+	// VDSO names [vdso] frames; nil takes the agent's own
+	// (symbolize.SelfVDSO), unless NoVDSO.
+	VDSO   *symbolize.VDSO
+	NoVDSO bool
 }
 
 // raw is a sample kept until the profile is built; only addresses, so
@@ -97,6 +101,13 @@ func New(opts Options) *Collector {
 	if opts.Symbolizer == nil {
 		opts.Symbolizer = symbolize.New(opts.Logger, symbolize.Options{})
 	}
+	if opts.VDSO == nil && !opts.NoVDSO {
+		v, err := symbolize.SelfVDSO()
+		if err != nil {
+			opts.Logger.Warn("[vdso] frames stay unnamed", "error", err)
+		}
+		opts.VDSO = v
+	}
 	if opts.Leaf == nil && !opts.NoLeafRecovery {
 		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger, 0)}
 	}
@@ -106,6 +117,11 @@ func New(opts Options) *Collector {
 // ProcEvent keeps the process table in step with exec and exit.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 	if e.Exit {
+		if e.Maps != nil {
+			// Libraries and vDSO of a process whose maps were read too
+			// early or never: captured by the kernel as it exited.
+			c.opts.Tracker.ExitMaps(e.PID, e.Time, e.Exe, e.Maps)
+		}
 		c.opts.Tracker.Exit(e.PID)
 		return
 	}

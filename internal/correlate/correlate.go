@@ -140,6 +140,7 @@ func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.H
 			cfg.GoOffM = g.GoOffM
 			cfg.GoOffCurg = g.GoOffCurg
 			cfg.GoOffLabels = g.GoOffLabels
+			cfg.GoOffLockedg = g.GoOffLockedg
 			if info.Source == "" {
 				info.Source = "go"
 			}

@@ -51,11 +51,12 @@ func GoLabels() GoConfig {
 			e.err = err
 		default:
 			e.cfg = bpf.SamplerProcConfig{
-				GoLayout:    uint8(info.Layout),
-				GoTlsG:      info.TLSG,
-				GoOffM:      info.OffM,
-				GoOffCurg:   info.OffCurg,
-				GoOffLabels: info.OffLabels,
+				GoLayout:     uint8(info.Layout),
+				GoTlsG:       info.TLSG,
+				GoOffM:       info.OffM,
+				GoOffCurg:    info.OffCurg,
+				GoOffLabels:  info.OffLabels,
+				GoOffLockedg: info.OffLockedg,
 			}
 		}
 		mu.Lock()

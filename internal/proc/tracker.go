@@ -17,6 +17,10 @@ import (
 type Process struct {
 	// readAt is when procfs was read, to tell a stale exec report.
 	readAt time.Time
+	// execAt is the time of the exec that made this image (zero when it
+	// predates the tracker), to tell mappings captured at the exit of an
+	// earlier process of the same pid.
+	execAt time.Time
 
 	PID      uint32
 	Exe      string // path of the executable as the process sees it
@@ -67,6 +71,7 @@ type Tracker struct {
 	keys  map[*os.File]fileKey
 	// synthesized counts processes placed from their exec image.
 	synthesized int
+	exitStats   ExitStats
 }
 
 // fileKey names a file by the device and inode /proc/PID/maps shows. While
@@ -141,6 +146,7 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 		}
 	}
 	p.readAt = time.Now()
+	p.execAt = at
 	t.procs[pid] = p
 }
 

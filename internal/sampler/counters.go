@@ -45,5 +45,5 @@ func (s *Sampler) Counters() (map[string]uint64, error) {
 		}
 		out[name] = sum
 	}
-	return out, nil
+	return out, s.exitCounters(out)
 }

@@ -41,7 +41,21 @@ type ProcEvent struct {
 	Time time.Time
 	// Image is where an exec's new image lies, nil for an exit.
 	Image *proc.Image
+	// Maps, for an exit, are the executable mappings the kernel captured
+	// as the process exited (bpf/exitmaps.bpf.c), sorted by start; such an
+	// exit comes as an event of its own, besides the plain one. Nil
+	// otherwise.
+	Maps []proc.Mapping
+	// MapsDropped counts executable mappings the capture left out.
+	MapsDropped int
+	// Exe is the path of the executable among Maps, "" when unknown.
+	Exe string
 }
+
+// recordTagged marks the first word of the records that are neither
+// samples nor proc_lifecycle (enum record_tag in bpf/spanprof.h): those
+// start with a ktime_ns, which never has the top bit set.
+const recordTagged = 1 << 63
 
 var (
 	sampleSize = int(unsafe.Sizeof(bpf.SamplerStackSample{}))
@@ -80,6 +94,15 @@ type recordAlloc struct {
 // go straight into the one slice that backs both stacks. A record costs
 // two allocations, the record with its stack top and the frames.
 func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
+	if len(raw) >= 8 && binary.LittleEndian.Uint64(raw)&recordTagged != 0 {
+		switch tag := bpf.ExitMapsRecordTag(binary.LittleEndian.Uint64(raw)); tag {
+		case bpf.ExitMapsRecordTagREC_PROC_MAPS:
+			pe, err := d.procMaps(raw)
+			return nil, pe, err
+		default:
+			return nil, nil, fmt.Errorf("decode record: unknown tag %#x", uint64(tag))
+		}
+	}
 	if len(raw) == procSize {
 		return nil, d.procEvent(raw), nil
 	}

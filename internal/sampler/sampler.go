@@ -78,6 +78,10 @@ type Sampler struct {
 	// ring holds then is all there will be, and Run ends after reading it.
 	detached atomic.Bool
 	offCPU   bool
+	// exit captures the mappings of processes as they exit
+	// (bpf/exitmaps.bpf.c); nil when the kernel cannot run it.
+	exit       *bpf.ExitMapsObjects
+	filterPIDs bool
 
 	records chan *Record
 	procs   chan ProcEvent
@@ -157,6 +161,8 @@ func New(opts Options) (*Sampler, error) {
 		onExec:  opts.OnExec,
 		records: make(chan *Record, opts.Queue),
 		procs:   make(chan ProcEvent, 4096),
+
+		filterPIDs: len(opts.PIDs) > 0,
 	}
 	err = spec.LoadAndAssign(&s.objs, collOpts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
@@ -182,6 +188,9 @@ func New(opts Options) (*Sampler, error) {
 	if err := s.attachTracepoints(); err != nil {
 		s.Close()
 		return nil, err
+	}
+	if err := s.loadExitMaps(); err != nil {
+		opts.Logger.Warn("libraries and vDSO of processes gone before /proc could be read stay unplaced: their mappings are not captured at exit", "reason", err)
 	}
 	s.freq = opts.Frequency
 	s.offCPU = opts.OffCPU.Enabled
@@ -294,6 +303,9 @@ func (s *Sampler) Close() error {
 			_ = unix.Close(fd)
 		}
 		s.perf = nil
+		if s.exit != nil {
+			_ = s.exit.Close()
+		}
 		_ = s.objs.Close()
 	})
 	return nil

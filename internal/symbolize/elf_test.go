@@ -219,3 +219,31 @@ func TestLibc(t *testing.T) {
 		}
 	}
 }
+
+// TestCodeLabels names code under symbols written in assembly without a
+// type or size (the loader's _start and _dl_start_user), and keeps a label
+// inside a C function from splitting it.
+func TestCodeLabels(t *testing.T) {
+	path := fixture("label")
+	truth := nmSymbols(t, path)
+	obj, err := New(nil, Options{}).Open(path, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		addr uint64
+		want string
+	}{
+		{"typeless entry", truth["label_entry"] + 2, "label_entry"},
+		{"local typeless label", truth["label_entry_user"], "label_entry_user"},
+		{"label inside a function", truth["label_inside"] + 1, "label_work"},
+		{"function before the label", truth["label_work"] + 1, "label_work"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if s, ok := obj.Lookup(tt.addr); !ok || s.Function != tt.want {
+				t.Errorf("Lookup(%#x) = %q, %v; want %s", tt.addr, s.Function, ok, tt.want)
+			}
+		})
+	}
+}

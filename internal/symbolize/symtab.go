@@ -11,6 +11,7 @@ type symbol struct {
 	addr, end uint64
 	name      string
 	rank      uint8 // higher wins among aliases at one address
+	label     bool  // STT_NOTYPE: code written in assembly without .type
 }
 
 // symtab is an address-sorted table of function symbols.
@@ -28,27 +29,29 @@ const maxOverlap = 4
 // files[0] is the binary, further files are its separate debug files.
 func newSymtab(files ...*elf.File) *symtab {
 	f := files[0]
-	var all []elf.Symbol
-	for _, ff := range files {
-		if s, err := ff.Symbols(); err == nil {
-			all = append(all, s...)
-		}
-		if s, err := ff.DynamicSymbols(); err == nil {
-			all = append(all, s...)
+	var syms []symbol
+	add := func(ff *elf.File, all []elf.Symbol) {
+		for _, s := range all {
+			if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
+				continue
+			}
+			// Debug files spell versioned symbols "name@@GLIBC_2.17".
+			name, _, _ := strings.Cut(s.Name, "@")
+			switch typ := elf.ST_TYPE(s.Info); {
+			case typ == elf.STT_FUNC || typ == elf.STT_GNU_IFUNC:
+				syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: name, rank: rankOf(s)})
+			case typ == elf.STT_NOTYPE && s.Size == 0 && codeLabel(ff, s):
+				syms = append(syms, symbol{addr: s.Value, end: s.Value, name: name, label: true})
+			}
 		}
 	}
-	syms := make([]symbol, 0, len(all))
-	for _, s := range all {
-		typ := elf.ST_TYPE(s.Info)
-		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
-			continue
+	for _, ff := range files {
+		if s, err := ff.Symbols(); err == nil {
+			add(ff, s)
 		}
-		if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
-			continue
+		if s, err := ff.DynamicSymbols(); err == nil {
+			add(ff, s)
 		}
-		// Debug files spell versioned symbols "name@@GLIBC_2.17".
-		name, _, _ := strings.Cut(s.Name, "@")
-		syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: name, rank: rankOf(s)})
 	}
 	sort.Slice(syms, func(i, j int) bool {
 		if syms[i].addr != syms[j].addr {
@@ -66,6 +69,18 @@ func newSymtab(files ...*elf.File) *symtab {
 		}
 		out = append(out, s)
 	}
+	// A label inside a sized function is a jump target, not a function:
+	// it must not split the function it lies in.
+	kept := out[:0]
+	var covered uint64
+	for _, s := range out {
+		if s.label && s.addr < covered {
+			continue
+		}
+		kept = append(kept, s)
+		covered = max(covered, s.end)
+	}
+	out = kept
 	// A size of zero means unknown (hand-written assembly): let it extend
 	// to the next symbol, but never past the end of its section.
 	for i := range out {
@@ -79,6 +94,18 @@ func newSymtab(files ...*elf.File) *symtab {
 		out[i].end = end
 	}
 	return &symtab{syms: out}
+}
+
+// codeLabel reports whether a typeless symbol names code: one in an
+// executable section, not an assembler-local or mapping symbol (.L1, $x).
+// The dynamic loader's entry code (_start, _dl_start_user) is such a label
+// and lies under every stack of a process while the loader runs.
+func codeLabel(f *elf.File, s elf.Symbol) bool {
+	if strings.HasPrefix(s.Name, ".L") || strings.HasPrefix(s.Name, "$") {
+		return false
+	}
+	i := int(s.Section)
+	return i > 0 && i < len(f.Sections) && f.Sections[i].Flags&elf.SHF_EXECINSTR != 0
 }
 
 // rankOf prefers names with fewer leading underscores (nanosleep over

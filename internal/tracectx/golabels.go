@@ -63,8 +63,9 @@ type GoSliceLayout struct {
 
 // GoRuntimeInfo is what an eBPF program needs to read the pprof labels of
 // the goroutine running on a thread of this binary: g at fsbase + TLSG, then
-// g.m, m.curg and curg.labels, then the label set in Layout. Strings are
-// {ptr, len} pairs, pointers 8 bytes (linux/amd64 only).
+// g.m, m.curg (or, in the scheduler, m.lockedg) and its labels, then the
+// label set in Layout. Strings are {ptr, len} pairs, pointers 8 bytes
+// (linux/amd64 only).
 type GoRuntimeInfo struct {
 	// GoVersion is the toolchain that built the binary, e.g. "go1.23.12".
 	GoVersion string
@@ -78,6 +79,11 @@ type GoRuntimeInfo struct {
 	TLSSource string
 	// OffM, OffCurg, OffLabels are the offsets of g.m, m.curg and g.labels.
 	OffM, OffCurg, OffLabels uint32
+	// OffLockedg is the offset of m.lockedg, the goroutine locked to the
+	// thread (runtime.LockOSThread): while that goroutine is preempted or
+	// parked its thread runs the scheduler for it, with m.curg nil. Zero
+	// when unknown (offset 0 of runtime.m is g0): no fallback then.
+	OffLockedg uint32
 	// Layout says which of Map and Slice applies.
 	Layout GoLabelLayout
 	Map    GoMapLayout

@@ -22,8 +22,8 @@ var goDWARFTypes = map[string]bool{
 	"runtime/pprof.labelMap": true,
 }
 
-// goStructsFromDWARF reads g.m, m.curg, g.labels and the label layout from
-// the binary's DWARF.
+// goStructsFromDWARF reads g.m, m.curg, m.lockedg, g.labels and the label
+// layout from the binary's DWARF.
 func goStructsFromDWARF(f *elf.File) (*GoRuntimeInfo, error) {
 	d, err := f.DWARF()
 	if err != nil {
@@ -43,6 +43,10 @@ func goStructsFromDWARF(f *elf.File) (*GoRuntimeInfo, error) {
 	if info.OffCurg, err = goFieldOffset(types["runtime.m"], "curg"); err != nil {
 		return nil, err
 	}
+	// Optional: without it, samples of a locked thread in the scheduler
+	// stay unlinked, as they were before the fallback; not a reason to
+	// give up the labels.
+	info.OffLockedg, _ = goFieldOffset(types["runtime.m"], "lockedg")
 	switch lm := goUntypedef(types["runtime/pprof.labelMap"]).(type) {
 	case *dwarf.StructType:
 		info.Layout = GoLabelsSlice

@@ -108,10 +108,15 @@ type labelsWorker struct {
 }
 
 // startLabelsFixture runs the labels fixture and returns its pid and
-// workers once it printed "ready"; it kills the process at cleanup.
-func startLabelsFixture(t *testing.T, bin string, workers, extra int) (int, []labelsWorker) {
+// workers once it printed "ready"; it kills the process at cleanup. With
+// park, the workers block instead of spinning.
+func startLabelsFixture(t *testing.T, bin string, workers, extra int, park bool) (int, []labelsWorker) {
 	t.Helper()
-	cmd := exec.Command(bin, "-workers", strconv.Itoa(workers), "-extra", strconv.Itoa(extra))
+	args := []string{"-workers", strconv.Itoa(workers), "-extra", strconv.Itoa(extra)}
+	if park {
+		args = append(args, "-park")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

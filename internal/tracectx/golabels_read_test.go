@@ -46,8 +46,8 @@ func (m goFakeMem) str(hdr, data uint64, s string) {
 }
 
 var goFakeInfo = map[GoLabelLayout]*GoRuntimeInfo{
-	GoLabelsSlice: {TLSG: -8, OffM: 48, OffCurg: 184, OffLabels: 352, Layout: GoLabelsSlice, Slice: goLabelSlice},
-	GoLabelsMap:   {TLSG: -24, OffM: 48, OffCurg: 192, OffLabels: 344, Layout: GoLabelsMap, Map: goMapStringString},
+	GoLabelsSlice: {TLSG: -8, OffM: 48, OffCurg: 184, OffLockedg: 384, OffLabels: 352, Layout: GoLabelsSlice, Slice: goLabelSlice},
+	GoLabelsMap:   {TLSG: -24, OffM: 48, OffCurg: 192, OffLockedg: 352, OffLabels: 344, Layout: GoLabelsMap, Map: goMapStringString},
 }
 
 const (
@@ -56,12 +56,14 @@ const (
 )
 
 // goFakeProcess lays out fsbase → g0 → m → curg → labels for info, with
-// the given labels; set* hooks break one link.
+// the given labels and no goroutine locked to the thread (m.lockedg 0);
+// set* hooks break one link.
 func goFakeProcess(info *GoRuntimeInfo, labels [][2]string, overflowAt int) goFakeMem {
 	m := goFakeMem{}
 	m.u64(uint64(fakeFS+info.TLSG), fakeG0)
 	m.u64(fakeG0+uint64(info.OffM), fakeM)
 	m.u64(fakeM+uint64(info.OffCurg), fakeCurg)
+	m.u64(fakeM+uint64(info.OffLockedg), 0)
 	m.u64(fakeCurg+uint64(info.OffLabels), fakeLabels)
 	strs := uint64(fakeStrs)
 	switch info.Layout {
@@ -108,13 +110,14 @@ func TestReadGoLabelsWalk(t *testing.T) {
 	three := [][2]string{{"span_id", "00f067aa0ba902b7"}, {"span_name", "GET /"}, {"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"}}
 	want := map[string]string{"span_id": "00f067aa0ba902b7", "span_name": "GET /", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
 	tests := []struct {
-		name    string
-		layout  GoLabelLayout
-		labels  [][2]string
-		overAt  int
-		mutate  func(m goFakeMem, info *GoRuntimeInfo)
-		want    map[string]string
-		wantErr bool
+		name      string
+		layout    GoLabelLayout
+		labels    [][2]string
+		overAt    int
+		mutate    func(m goFakeMem, info *GoRuntimeInfo)
+		noLockedg bool // OffLockedg unknown (0)
+		want      map[string]string
+		wantErr   bool
 	}{
 		{name: "slice", layout: GoLabelsSlice, labels: three, want: want},
 		{name: "map", layout: GoLabelsMap, labels: three, overAt: -1, want: want},
@@ -124,6 +127,27 @@ func TestReadGoLabelsWalk(t *testing.T) {
 		}},
 		{name: "no goroutine on the M", layout: GoLabelsSlice, labels: three, mutate: func(m goFakeMem, i *GoRuntimeInfo) {
 			m.u64(fakeM+uint64(i.OffCurg), 0)
+		}},
+		{name: "scheduler of a locked goroutine", layout: GoLabelsSlice, labels: three, want: want, mutate: func(m goFakeMem, i *GoRuntimeInfo) {
+			m.u64(fakeM+uint64(i.OffCurg), 0)
+			m.u64(fakeM+uint64(i.OffLockedg), fakeCurg)
+		}},
+		{name: "scheduler of a locked goroutine, map", layout: GoLabelsMap, labels: three, overAt: -1, want: want, mutate: func(m goFakeMem, i *GoRuntimeInfo) {
+			m.u64(fakeM+uint64(i.OffCurg), 0)
+			m.u64(fakeM+uint64(i.OffLockedg), fakeCurg)
+		}},
+		{name: "scheduler, lockedg offset unknown", layout: GoLabelsSlice, labels: three, noLockedg: true, mutate: func(m goFakeMem, i *GoRuntimeInfo) {
+			m.u64(fakeM+uint64(i.OffCurg), 0)
+			m.u64(fakeM+uint64(i.OffLockedg), fakeCurg)
+		}},
+		{name: "running goroutine wins over lockedg", layout: GoLabelsSlice, labels: three, want: want, mutate: func(m goFakeMem, i *GoRuntimeInfo) {
+			m.u64(fakeM+uint64(i.OffLockedg), 0xdead0000) // never read
+		}},
+		{name: "unreadable lockedg", layout: GoLabelsSlice, labels: three, wantErr: true, mutate: func(m goFakeMem, i *GoRuntimeInfo) {
+			m.u64(fakeM+uint64(i.OffCurg), 0)
+			for b := uint64(0); b < 8; b++ {
+				delete(m, fakeM+uint64(i.OffLockedg)+b)
+			}
 		}},
 		{name: "goroutine without labels", layout: GoLabelsMap, labels: three, overAt: -1, mutate: func(m goFakeMem, i *GoRuntimeInfo) {
 			m.u64(fakeCurg+uint64(i.OffLabels), 0)
@@ -144,6 +168,11 @@ func TestReadGoLabelsWalk(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			info := goFakeInfo[tt.layout]
+			if tt.noLockedg {
+				i := *info
+				i.OffLockedg = 0
+				info = &i
+			}
 			mem := goFakeProcess(info, tt.labels, tt.overAt)
 			if tt.mutate != nil {
 				tt.mutate(mem, info)
@@ -171,7 +200,9 @@ var _ io.ReaderAt = goFakeMem(nil)
 
 // TestReadLabelsLive runs the labels fixture of every covered Go release,
 // plain, stripped and (current Go) cgo, and reads each worker thread's
-// labels from outside, through the offsets GoOffsets derived.
+// labels from outside, through the offsets GoOffsets derived. Parked
+// workers leave their threads in the scheduler with m.curg nil: their
+// labels are found through m.lockedg, on the first read.
 func TestReadLabelsLive(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("ptrace and process_vm_readv of another process need root")
@@ -183,28 +214,47 @@ func TestReadLabelsLive(t *testing.T) {
 	builds = append(builds,
 		goFixtureBuild{toolchain: "local", pkg: "labels", cgo: true},
 		goFixtureBuild{toolchain: "local", pkg: "labels", cgo: true, stripped: true})
+	modes := []struct {
+		extra int
+		park  bool
+	}{
+		{0, false},  // 3 labels
+		{10, false}, // 13 labels: a map of 2 buckets
+		{0, true},
+	}
 	for _, b := range builds {
-		for _, extra := range []int{0, 10} { // 3 labels; 13 labels: a map of 2 buckets
-			t.Run(fmt.Sprintf("%s/labels=%d", b.name(), 3+extra), func(t *testing.T) {
+		for _, m := range modes {
+			name := fmt.Sprintf("%s/labels=%d", b.name(), 3+m.extra)
+			if m.park {
+				name += "/parked"
+			}
+			t.Run(name, func(t *testing.T) {
 				bin := buildGoFixture(t, b)
 				info, err := GoOffsets(bin)
 				if err != nil {
 					t.Fatalf("GoOffsets: %v", err)
 				}
-				pid, workers := startLabelsFixture(t, bin, 3, extra)
+				if info.OffLockedg == 0 {
+					t.Fatalf("GoOffsets found no m.lockedg offset (source %s)", info.Source)
+				}
+				pid, workers := startLabelsFixture(t, bin, 3, m.extra, m.park)
 				for _, w := range workers {
-					goExpectLabels(t, pid, w, info)
+					if m.park {
+						goExpectParkedLabels(t, pid, w, info)
+					} else {
+						goExpectLabels(t, pid, w, info)
+					}
 				}
 			})
 		}
 	}
 }
 
-// goExpectLabels reads w's thread until it shows w's labels. A read may
-// find no goroutine on the thread (curg nil): sysmon preempts a goroutine
-// that ran 10 ms, and a locked goroutine's thread waits in the scheduler
-// until it runs again; the eBPF program sees the same. A read must never
-// return other labels.
+// goExpectLabels reads w's thread until it shows w's labels. The thread
+// runs only w's goroutine, in the scheduler too (sysmon preempts it after
+// 10 ms, and it waits there until it runs again): every read should find
+// the labels, through m.curg or m.lockedg. Retries are left for a read
+// that races the runtime; a read must never return other labels.
 func goExpectLabels(t *testing.T, pid int, w labelsWorker, info *GoRuntimeInfo) {
 	t.Helper()
 	const attempts = 200
@@ -230,4 +280,17 @@ func goExpectLabels(t *testing.T, pid int, w labelsWorker, info *GoRuntimeInfo) 
 		return
 	}
 	t.Errorf("tid %d: no labels in %d reads", w.tid, attempts)
+}
+
+// goExpectParkedLabels reads the thread of a parked worker once: m.curg is
+// nil for good, so the labels come from m.lockedg or not at all.
+func goExpectParkedLabels(t *testing.T, pid int, w labelsWorker, info *GoRuntimeInfo) {
+	t.Helper()
+	got, err := ReadLabels(pid, w.tid, info)
+	if err != nil {
+		t.Fatalf("ReadLabels(tid %d): %v", w.tid, err)
+	}
+	if !reflect.DeepEqual(got, w.labels) {
+		t.Errorf("parked tid %d: labels %v, want %v", w.tid, got, w.labels)
+	}
 }

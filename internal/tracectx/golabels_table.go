@@ -14,20 +14,20 @@ var goMapStringString = GoMapLayout{
 // then internal/runtime/pprof/label.Label from 1.26).
 var goLabelSlice = GoSliceLayout{List: 0, LabelSize: 32, Key: 0, Value: 16}
 
-// goStructTable holds g.m, m.curg and g.labels per Go release for binaries
-// without DWARF. Each row was read from the DWARF of a binary built by that
-// release (TestGoOffsetsTableMatchesDWARF rebuilds and checks them); the
-// runtime does not change these structs in patch releases.
+// goStructTable holds g.m, m.curg, m.lockedg and g.labels per Go release
+// for binaries without DWARF. Each row was read from the DWARF of a binary
+// built by that release (TestGoOffsetsTableMatchesDWARF rebuilds and checks
+// them); the runtime does not change these structs in patch releases.
 var goStructTable = map[int]struct {
-	m, curg, labels uint32
-	layout          GoLabelLayout
+	m, curg, lockedg, labels uint32
+	layout                   GoLabelLayout
 }{
-	21: {48, 192, 344, GoLabelsMap},
-	22: {48, 192, 344, GoLabelsMap},
-	23: {48, 192, 352, GoLabelsMap},
-	24: {48, 192, 352, GoLabelsSlice},
-	25: {48, 184, 344, GoLabelsSlice},
-	26: {48, 184, 352, GoLabelsSlice},
+	21: {48, 192, 352, 344, GoLabelsMap},
+	22: {48, 192, 344, 344, GoLabelsMap},
+	23: {48, 192, 368, 352, GoLabelsMap},
+	24: {48, 192, 368, 352, GoLabelsSlice},
+	25: {48, 184, 360, 344, GoLabelsSlice},
+	26: {48, 184, 384, 352, GoLabelsSlice},
 }
 
 // goStructsFromTable returns the table's offsets for version, or an error
@@ -42,7 +42,7 @@ func goStructsFromTable(version string) (*GoRuntimeInfo, error) {
 		return nil, fmt.Errorf("no runtime offsets for %s without DWARF (known: go1.21 to go1.26): %w", version, ErrUnsupportedGo)
 	}
 	info := &GoRuntimeInfo{
-		OffM: row.m, OffCurg: row.curg, OffLabels: row.labels,
+		OffM: row.m, OffCurg: row.curg, OffLockedg: row.lockedg, OffLabels: row.labels,
 		Layout: row.layout, Source: "table",
 	}
 	if row.layout == GoLabelsMap {

@@ -24,11 +24,14 @@ var ErrGoMapGrowing = errors.New("go label map is growing")
 
 // ReadGoLabels reads the pprof labels of the goroutine running on the thread
 // whose thread pointer is fsbase, through mem (the process's memory). It
-// performs the reads, in the order, that the eBPF program performs:
+// performs the reads, in the order, that the eBPF program performs for an
+// on-CPU sample:
 //
 //	g      = *(fsbase + TLSG)        0: not a Go thread yet → no labels
 //	m      = *(g + OffM)
-//	curg   = *(m + OffCurg)          0: scheduler or idle → no labels
+//	curg   = *(m + OffCurg)          0: the scheduler runs (g0), then
+//	curg   = *(m + OffLockedg)       the goroutine locked to the thread;
+//	                                 0: scheduler or idle → no labels
 //	labels = *(curg + OffLabels)     0: goroutine without labels
 //
 // then the label set in info.Layout. A nil map and nil error mean no labels.
@@ -45,8 +48,17 @@ func ReadGoLabels(mem io.ReaderAt, fsbase uint64, info *GoRuntimeInfo) (map[stri
 		return nil, fmt.Errorf("read g.m: g %#x has no m", g)
 	}
 	curg, err := goReadPtr(mem, m+uint64(info.OffCurg))
-	if err != nil || curg == 0 {
+	if err != nil {
 		return nil, err
+	}
+	if curg == 0 && info.OffLockedg != 0 {
+		// The scheduler, working for the goroutine locked to the thread.
+		if curg, err = goReadPtr(mem, m+uint64(info.OffLockedg)); err != nil {
+			return nil, err
+		}
+	}
+	if curg == 0 {
+		return nil, nil
 	}
 	labels, err := goReadPtr(mem, curg+uint64(info.OffLabels))
 	if err != nil || labels == 0 {

@@ -17,8 +17,12 @@ import (
 type truthSpan struct {
 	tid         int
 	trace, span string
-	start, end  uint64
-	function    string
+	// start..end encloses the time the thread carried the span's ids;
+	// held..released lies inside that time. Workloads that record one
+	// window give both the same.
+	start, end     uint64
+	held, released uint64
+	function       string
 }
 
 func readTruth(t *testing.T, path string) map[int][]truthSpan {
@@ -32,16 +36,23 @@ func readTruth(t *testing.T, path string) map[int][]truthSpan {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		p := strings.Fields(sc.Text())
-		if len(p) == 7 {
-			p = p[1:] // the Go service leads with the goroutine id
+		if len(p) == 9 {
+			// The Go service leads with the goroutine id and ends with
+			// its inner window.
+			p = p[1:]
 		}
-		if len(p) != 6 {
+		if len(p) != 6 && len(p) != 8 {
 			t.Fatalf("bad truth line %q", sc.Text())
 		}
 		tid, _ := strconv.Atoi(p[0])
 		start, _ := strconv.ParseUint(p[3], 10, 64)
 		end, _ := strconv.ParseUint(p[4], 10, 64)
-		out[tid] = append(out[tid], truthSpan{tid, p[1], p[2], start, end, p[5]})
+		held, released := start, end
+		if len(p) == 8 {
+			held, _ = strconv.ParseUint(p[6], 10, 64)
+			released, _ = strconv.ParseUint(p[7], 10, 64)
+		}
+		out[tid] = append(out[tid], truthSpan{tid, p[1], p[2], start, end, held, released, p[5]})
 	}
 	return out
 }
@@ -52,12 +63,27 @@ type correlation struct {
 	linked, linkedRight     int // samples with a link; those whose link is the span at that time
 	linkedOutside           int // linked samples outside their span's window by more than 50µs
 	functionRight, checkedF int
+	// Time ranges of the samples and of the spans, to tell a recording
+	// that missed the workload from one that missed its spans' ids.
+	samplesFrom, samplesTo, spansFrom, spansTo uint64
 }
 
-// measureCorrelation compares samples with the ground truth. Spans that
-// began before the first sample are left out: a writer that publishes
-// through the uprobe hook told the kernel about them before spanprof was
-// listening.
+// ranges describes the sampled and the span time ranges, relative to the
+// first span's start.
+func (c correlation) ranges() string {
+	rel := func(ts uint64) string { return time.Duration(int64(ts - c.spansFrom)).String() }
+	if c.samplesTo == 0 {
+		return fmt.Sprintf("no samples; spans over %s", rel(c.spansTo))
+	}
+	return fmt.Sprintf("samples from %s to %s, spans from 0s to %s", rel(c.samplesFrom), rel(c.samplesTo), rel(c.spansTo))
+}
+
+// measureCorrelation compares samples with the ground truth. A sample is
+// in a span when it lies in the span's inner window (held..released), 50µs
+// clear of its ends; a linked sample is right when it lies in its span's
+// outer window (start..end) within 50µs. Spans that began before the first
+// sample are left out: a writer that publishes through the uprobe hook told
+// the kernel about them before spanprof was listening.
 func measureCorrelation(samples []otlpSample, truth map[int][]truthSpan) correlation {
 	const margin = uint64(50 * time.Microsecond)
 	var c correlation
@@ -65,21 +91,29 @@ func measureCorrelation(samples []otlpSample, truth map[int][]truthSpan) correla
 	for _, s := range samples {
 		for _, ts := range s.times {
 			first = min(first, ts)
+			c.samplesTo = max(c.samplesTo, ts)
+		}
+	}
+	c.samplesFrom, c.spansFrom = first, 1<<64-1
+	for _, spans := range truth {
+		for _, sp := range spans {
+			c.spansFrom, c.spansTo = min(c.spansFrom, sp.start), max(c.spansTo, sp.end)
 		}
 	}
 	for _, s := range samples {
 		tid, _ := strconv.Atoi(s.attrs["thread.id"])
 		spans := truth[tid]
 		for _, ts := range s.times {
-			// The span whose window (±50µs) holds the sample.
+			// The span whose inner window holds the sample, 50µs clear
+			// of its ends.
 			var at *truthSpan
 			for i := range spans {
-				if ts+margin >= spans[i].start && ts <= spans[i].end+margin {
+				if ts >= spans[i].held+margin && ts+margin <= spans[i].released {
 					at = &spans[i]
 					break
 				}
 			}
-			if at != nil && at.start > first && ts >= at.start+margin && ts+margin <= at.end {
+			if at != nil && at.start > first {
 				c.inSpan++
 				if s.trace == at.trace && s.span == at.span {
 					c.inSpanRight++
@@ -153,7 +187,7 @@ func TestCorrelationNative(t *testing.T) {
 				variant, c.inSpan, c.inSpanRight, pct(c.inSpanRight, c.inSpan), c.linked, c.linkedRight, pct(c.linkedRight, c.linked),
 				c.linkedOutside, c.functionRight, c.checkedF)
 			if c.inSpan < 300 {
-				t.Fatalf("only %d samples inside span windows", c.inSpan)
+				t.Fatalf("only %d samples inside span windows (%s)", c.inSpan, c.ranges())
 			}
 			if pct(c.inSpanRight, c.inSpan) < 99.5 {
 				t.Errorf("%.3f%% of in-span samples carry the span's ids, want ≥ 99.5%%", pct(c.inSpanRight, c.inSpan))
@@ -188,11 +222,13 @@ func TestCorrelationGo(t *testing.T) {
 				t.Fatalf("build service: %v\n%s", err, out)
 			}
 			truthPath := filepath.Join(dir, "truth")
-			// Long enough to outlast a slow profiler start; the service
-			// writes its ground truth when its time is up.
-			fix := startProgram(t, bin, "-duration", "12s", "-out", truthPath, "-gomaxprocs", "2")
+			// The service runs until told to stop, so a slow start of
+			// spanprof on a loaded machine cannot outlast it (a fixed
+			// 12 s did: the recording then held no sample of a span).
+			fix := startProgram(t, bin, "-duration", "120s", "-out", truthPath, "-gomaxprocs", "2")
 			out := filepath.Join(dir, "p.otlp.json")
 			spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "3s", "--output", out)
+			fix.Process.Signal(syscall.SIGTERM) // it writes its ground truth and exits
 			if err := fix.Wait(); err != nil {
 				t.Fatalf("service: %v", err)
 			}
@@ -201,7 +237,7 @@ func TestCorrelationGo(t *testing.T) {
 				v.name, c.inSpan, c.inSpanRight, pct(c.inSpanRight, c.inSpan), c.linked, c.linkedRight, pct(c.linkedRight, c.linked),
 				c.linkedOutside, c.functionRight, c.checkedF)
 			if c.inSpan < 300 {
-				t.Fatalf("only %d samples inside span windows", c.inSpan)
+				t.Fatalf("only %d samples inside span windows (%s)", c.inSpan, c.ranges())
 			}
 			if pct(c.inSpanRight, c.inSpan) < 99.5 {
 				t.Errorf("%.3f%% of in-span samples carry the span's ids, want ≥ 99.5%%", pct(c.inSpanRight, c.inSpan))

@@ -69,8 +69,13 @@ watch:
 	p := readPprof(t, out)
 	// Of the children's samples: those with every user frame symbolized
 	// (kernel frames always are), and those in the child's own code.
-	var total, childSamples, childUser, childAllNamed, childInExe, childExeNamed int64
+	var total, childSamples, childUser, childAllNamed int64
 	unnamed := map[string]int64{}
+	// Per object the children map: samples with a frame there, and those
+	// with every frame there named. The executable is placed from the
+	// exec; libc and the vDSO only from the mappings captured at exit
+	// when the child is gone before /proc could be read.
+	inFile, fileNamed := map[string]int64{}, map[string]int64{}
 	for _, s := range p.Sample {
 		v := s.Value[0]
 		total += v
@@ -78,29 +83,28 @@ watch:
 			continue
 		}
 		childSamples += v
-		user, allNamed, inExe, exeNamed := false, true, false, true
+		user, allNamed := false, true
+		named := map[string]bool{} // file -> every frame there named
 		for _, loc := range s.Location {
 			if loc.Address >= 1<<63 {
 				continue // kernel
 			}
 			user = true
-			exe := loc.Mapping != nil && filepath.Base(loc.Mapping.File) == "churn-child"
-			inExe = inExe || exe
-			named := false
+			file := "(no mapping)"
+			if loc.Mapping != nil {
+				file, _, _ = strings.Cut(filepath.Base(loc.Mapping.File), ":")
+			}
+			ok := false
 			for _, ln := range loc.Line {
 				if ln.Function != nil && ln.Function.Name != "" {
-					named = true
+					ok = true
 				}
 			}
-			if exe && !named {
-				exeNamed = false
+			if prev, seen := named[file]; !seen || prev {
+				named[file] = ok
 			}
-			if !named {
+			if !ok {
 				allNamed = false
-				file := "(no mapping)"
-				if loc.Mapping != nil {
-					file, _, _ = strings.Cut(filepath.Base(loc.Mapping.File), ":")
-				}
 				unnamed[file] += v
 			}
 		}
@@ -110,18 +114,22 @@ watch:
 				childAllNamed += v
 			}
 		}
-		if inExe {
-			childInExe += v
-			if exeNamed {
-				childExeNamed += v
+		for file, ok := range named {
+			inFile[file] += v
+			if ok {
+				fileNamed[file] += v
 			}
 		}
 	}
+	childInExe, childExeNamed := inFile["churn-child"], fileNamed["churn-child"]
 	t.Logf("samples %d, of short-lived children %d, %d with user frames, %d (%.1f%%) with every user frame symbolized; "+
 		"%d in the child's executable, %d (%.1f%%) of them with its frames named; lost %v",
 		total, childSamples, childUser, childAllNamed, pct(childAllNamed, childUser),
 		childInExe, childExeNamed, pct(childExeNamed, childInExe), lostComments(p))
 	t.Logf("unsymbolized user frames of the children, by file: %v", unnamed)
+	for _, file := range []string{"libc.so.6", "ld-linux-x86-64.so.2", "[vdso]"} {
+		t.Logf("%d samples in %s, %d (%.1f%%) of them with its frames named", inFile[file], file, fileNamed[file], pct(fileNamed[file], inFile[file]))
+	}
 	if childSamples == 0 {
 		t.Fatal("no samples of the short-lived children")
 	}
@@ -142,11 +150,31 @@ watch:
 	if maxFDs > 4096 {
 		t.Errorf("%d open files under churn: files of exited processes are kept per process, not per file", maxFDs)
 	}
-	// Known gap (docs/reliability.md): an exec places the executable and
-	// the dynamic loader of a process gone before procfs could be read,
-	// but not the libraries the loader maps after the exec (libc, the
-	// vDSO). Until their build IDs are captured at the sample, the
-	// fraction is reported, and enforced with SPANPROF_RELIABILITY_STRICT.
+	// The libraries the loader maps after the exec (libc) and the vDSO
+	// are placed from the mappings the kernel captures at exit (Linux
+	// 6.7 on); before, 32 % of the children's samples had every user
+	// frame named, 83-84 % with them on the development VM.
+	if strings.Contains(rec.stderr.String(), "not captured at exit") {
+		t.Log("KNOWN LIMIT: this kernel cannot capture mappings at exit; libc and vDSO frames of children gone before /proc could be read stay unnamed")
+	} else {
+		for _, file := range []string{"libc.so.6", "[vdso]"} {
+			if inFile[file] < 50 {
+				continue // too few to judge
+			}
+			if got := pct(fileNamed[file], inFile[file]); got < 90 {
+				t.Errorf("only %.1f%% of the children's samples in %s have its frames named (want >= 90%%)", got, file)
+			}
+		}
+		if got := pct(childAllNamed, childUser); got < 70 {
+			t.Errorf("only %.1f%% of the short-lived children's samples have every user frame symbolized (want >= 70%%)", got)
+		}
+	}
+	// Known gap (docs/reliability.md): what stays unnamed is no missing
+	// mapping but the user stack itself: samples taken inside execve
+	// carry the old image's registers (the parent's libc), and
+	// frame-pointer walks through the loader, built without frame
+	// pointers, end in data addresses. The 90 % bar is enforced with
+	// SPANPROF_RELIABILITY_STRICT.
 	if got := pct(childAllNamed, childUser); got < 90 {
 		msg := fmt.Sprintf("only %.1f%% of the short-lived children's samples have every user frame symbolized (want >= 90%%)", got)
 		if os.Getenv("SPANPROF_RELIABILITY_STRICT") != "" {

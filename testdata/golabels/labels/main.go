@@ -2,8 +2,11 @@
 // process: it starts -workers goroutines, each locked to its own thread,
 // sets deterministic pprof labels on each, prints one line
 // "tid trace_id span_id span_name" per worker and then "ready", and spins on
-// the CPU until killed. It uses only the standard library so it builds with
-// every Go release the offsets table covers (1.21 on).
+// the CPU until killed. With -park the workers block on a channel instead:
+// each locked thread then sleeps in the scheduler with no goroutine on its
+// M (m.curg nil), and only m.lockedg leads to the labels. It uses only the
+// standard library so it builds with every Go release the offsets table
+// covers (1.21 on).
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"runtime/pprof"
 	"sync"
 	"syscall"
+	"time"
 )
 
 var sink uint64
@@ -31,6 +35,7 @@ func spin(n uint64) uint64 {
 func main() {
 	workers := flag.Int("workers", 4, "worker goroutines, one thread each")
 	extra := flag.Int("extra", 0, "additional labels per worker (tests maps with overflow buckets)")
+	park := flag.Bool("park", false, "workers block on a channel instead of spinning")
 	flag.Parse()
 	runtime.GOMAXPROCS(*workers + 1)
 
@@ -53,6 +58,9 @@ func main() {
 				fmt.Printf("%d %s %s %s\n", syscall.Gettid(), args[1], args[3], args[5])
 				mu.Unlock()
 				wg.Done()
+				if *park {
+					select {} // parked for good: the thread waits in stoplockedm
+				}
 				var x uint64
 				for {
 					x = spin(x)
@@ -66,5 +74,9 @@ func main() {
 	wg.Wait()
 	fmt.Println("ready")
 	os.Stdout.Sync()
-	select {}
+	for {
+		// A pending timer: with every worker parked, an empty select
+		// here would be reported as a deadlock.
+		time.Sleep(time.Hour)
+	}
 }

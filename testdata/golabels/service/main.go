@@ -3,15 +3,20 @@
 // and busy on the CPU, and record the ground truth of every span, one line
 // per goroutine that worked in it:
 //
-//	goid tid trace_id span_id start_realtime_ns end_realtime_ns function
+//	goid tid trace_id span_id start_ns end_ns function held_ns released_ns
 //
-// The window encloses the time the goroutine carries the span's labels:
-// start is taken before Tracer.Start, end after Span.End (a child goroutine
-// drops the inherited labels before taking its end time). Workers
-// are locked to their threads (-lock), so the tid of a line is the thread
-// every sample of that goroutine's span work was taken on. With
-// -spawn, half of each span's work runs in a child goroutine started inside
-// the span (it inherits the labels; it records its own line).
+// (CLOCK_REALTIME). Two windows, because the goroutine can be preempted
+// between any two of these steps, for many milliseconds on a loaded
+// machine. start..end encloses the time the goroutine carries the span's
+// labels: start is taken before Tracer.Start (for a child goroutine, before
+// the go statement: it inherits the labels when created), end after
+// Span.End (after a child dropped its labels). held..released lies inside
+// it: held is taken after the labels are set, released before they are
+// dropped. Workers are locked to their threads (-lock), so the tid of a
+// line is the thread every sample of that goroutine's span work was taken
+// on (a child is locked before it takes held). With -spawn, half of each
+// span's work runs in a child goroutine started inside the span (it
+// inherits the labels; it records its own line).
 package main
 
 import (
@@ -22,6 +27,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -85,9 +91,11 @@ type truth struct {
 	w  *bufio.Writer
 }
 
-func (t *truth) record(sc trace.SpanContext, start, end time.Time, fn string) {
-	line := fmt.Sprintf("%d %d %s %s %d %d %s\n", goid(), syscall.Gettid(),
-		sc.TraceID(), sc.SpanID(), start.UnixNano(), end.UnixNano(), fn)
+// record writes one line: the outer window start..end, the inner window
+// held..released (see the package comment).
+func (t *truth) record(sc trace.SpanContext, fn string, start, end, held, released time.Time) {
+	line := fmt.Sprintf("%d %d %s %s %d %d %s %d %d\n", goid(), syscall.Gettid(),
+		sc.TraceID(), sc.SpanID(), start.UnixNano(), end.UnixNano(), fn, held.UnixNano(), released.UnixNano())
 	t.mu.Lock()
 	t.w.WriteString(line)
 	t.mu.Unlock()
@@ -120,34 +128,40 @@ func worker(ctx context.Context, tr trace.Tracer, gt *truth, seed int64, lock, s
 		d := time.Duration(20+rnd.Intn(41)) * time.Millisecond
 		start := time.Now()
 		sctx, span := tr.Start(ctx, f.name)
+		held := time.Now()
 		end := start.Add(d)
 		var wg sync.WaitGroup
 		if spawn {
 			// The child works during the first half of the span.
 			wg.Add(1)
+			spawned := time.Now()
 			go func() {
-				cs := time.Now()
 				if lock {
 					runtime.LockOSThread() // the thread exits with the goroutine
 				}
+				cs := time.Now()
 				childWork(cs.Add(d / 2))
+				released := time.Now()
 				// Drop the inherited labels before taking the end time:
 				// recording may wait for the file lock.
 				pprof.SetGoroutineLabels(context.Background())
-				gt.record(trace.SpanContextFromContext(sctx), cs, time.Now(), "childWork")
+				sc := trace.SpanContextFromContext(sctx)
+				gt.record(sc, "childWork", spawned, time.Now(), cs, released)
 				wg.Done()
 			}()
 		}
 		f.fn(end)
 		wg.Wait()
+		released := time.Now()
 		span.End()
-		gt.record(span.SpanContext(), start, time.Now(), f.name)
+		sc := span.SpanContext()
+		gt.record(sc, f.name, start, time.Now(), held, released)
 	}
 }
 
 func main() {
 	workers := flag.Int("workers", 4, "worker goroutines")
-	duration := flag.Duration("duration", 10*time.Second, "run time (0: until killed)")
+	duration := flag.Duration("duration", 10*time.Second, "run time (0: until SIGTERM or SIGINT, which also end a run early)")
 	out := flag.String("out", "groundtruth.txt", "ground truth file")
 	lock := flag.Bool("lock", true, "lock each worker goroutine to its thread")
 	spawn := flag.Bool("spawn", true, "start a child goroutine inside each span")
@@ -177,10 +191,17 @@ func main() {
 		}(i)
 	}
 	fmt.Println("ready", os.Getpid())
+	// A signal ends the run as its time would: the ground truth is written
+	// either way, so a caller can stop it as soon as it has what it needs.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var timeUp <-chan time.Time
 	if *duration > 0 {
-		time.Sleep(*duration)
-	} else {
-		select {}
+		timeUp = time.After(*duration)
+	}
+	select {
+	case <-timeUp:
+	case <-sigs:
 	}
 	close(stop)
 	wg.Wait()

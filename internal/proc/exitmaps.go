@@ -1,0 +1,100 @@
+package proc
+
+import (
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ExitStats counts what the mappings captured at exits added.
+type ExitStats struct {
+	// Processes that gained mappings from their exit capture.
+	Processes int
+	// Mappings added: libraries mapped after the exec, the vDSO.
+	Mappings int
+	// NoFile counts file mappings left out because no file with the
+	// captured inode could be found (not held, and the path names another
+	// file or none in the agent's mount namespace).
+	NoFile int
+}
+
+// ExitMaps adds to pid the executable mappings the kernel captured as it
+// exited at time at (ms sorted by start; exe is the executable's path among
+// them, "" when unknown), where they overlap none it has:
+// the libraries its loader mapped after /proc/PID/maps was read at the
+// exec, or all but the executable and the loader for a process gone before
+// it could be read. A file mapping is kept only with a file that is the
+// inode the kernel mapped: the handle the tracker holds for that device and
+// inode, else the captured path opened and checked; never another file of
+// the same name. A capture older than pid's exec belongs to an earlier
+// process of the same pid and is ignored.
+//
+// The process is replaced, not changed in place: a *Process handed out
+// earlier stays as it was.
+func (t *Tracker) ExitMaps(pid uint32, at time.Time, exe string, ms []Mapping) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.procs[pid]
+	if !ok || at.Before(p.execAt) {
+		return
+	}
+	np := *p
+	np.Exited = true
+	if np.Exe == "" && strings.HasPrefix(exe, "/") {
+		np.Exe = exe // a process read too late to know it
+	}
+	np.Mappings = slices.Clone(p.Mappings)
+	np.Files = maps.Clone(p.Files)
+	if np.Files == nil {
+		np.Files = map[uint64]*os.File{}
+	}
+	added := 0
+	for _, m := range ms {
+		if overlaps(p.Mappings, m) {
+			continue
+		}
+		if !m.Anonymous() {
+			f, ok := t.shared(fileKey{dev: m.Dev, inode: m.Inode}, m.Path)
+			if !ok {
+				t.exitStats.NoFile++
+				continue
+			}
+			np.Files[m.Start] = f
+		}
+		np.Mappings = append(np.Mappings, m)
+		added++
+	}
+	if added > 0 {
+		slices.SortFunc(np.Mappings, func(a, b Mapping) int {
+			switch {
+			case a.Start < b.Start:
+				return -1
+			case a.Start > b.Start:
+				return 1
+			}
+			return 0
+		})
+		t.exitStats.Processes++
+		t.exitStats.Mappings += added
+	}
+	t.procs[pid] = &np
+}
+
+// ExitStats returns what exit captures added so far.
+func (t *Tracker) ExitStats() ExitStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.exitStats
+}
+
+// overlaps reports whether m overlaps a mapping of ms.
+func overlaps(ms []Mapping, m Mapping) bool {
+	for i := range ms {
+		if m.Start < ms[i].End && ms[i].Start < m.End {
+			return true
+		}
+	}
+	return false
+}
