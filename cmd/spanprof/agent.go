@@ -24,7 +24,6 @@ import (
 // runAgent is `spanprof agent`: configuration errors and missing
 // privileges end it with one line on stderr and exit code 1.
 func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
-	defer startHeapProfile(stderr)() // SPANPROF_MEMPROFILE=FILE, for the memory bar
 	cfg, err := agent.ParseArgs(args, os.LookupEnv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

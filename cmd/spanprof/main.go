@@ -35,7 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	defer startCPUProfile(stderr)() // SPANPROF_CPUPROFILE=FILE profiles spanprof itself
+	defer startCPUProfile(stderr)()  // SPANPROF_CPUPROFILE=FILE profiles spanprof itself
+	defer startHeapProfile(stderr)() // SPANPROF_MEMPROFILE=FILE, its heap at the end
 	switch args[0] {
 	case "record":
 		return runRecord(ctx, args[1:], stdout, stderr)
