@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"cmp"
 	"maps"
 	"os"
 	"slices"
@@ -67,15 +68,7 @@ func (t *Tracker) ExitMaps(pid uint32, at time.Time, exe string, ms []Mapping) {
 		added++
 	}
 	if added > 0 {
-		slices.SortFunc(np.Mappings, func(a, b Mapping) int {
-			switch {
-			case a.Start < b.Start:
-				return -1
-			case a.Start > b.Start:
-				return 1
-			}
-			return 0
-		})
+		sortMappings(np.Mappings)
 		t.exitStats.Processes++
 		t.exitStats.Mappings += added
 	}
@@ -87,6 +80,11 @@ func (t *Tracker) ExitStats() ExitStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.exitStats
+}
+
+// sortMappings sorts ms by start, as Process.Find expects.
+func sortMappings(ms []Mapping) {
+	slices.SortFunc(ms, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 }
 
 // overlaps reports whether m overlaps a mapping of ms.

@@ -3,9 +3,11 @@ package proc
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -71,6 +73,7 @@ type Tracker struct {
 	keys  map[*os.File]fileKey
 	// synthesized counts processes placed from their exec image.
 	synthesized int
+	refreshed   int
 	exitStats   ExitStats
 }
 
@@ -148,6 +151,68 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	p.readAt = time.Now()
 	p.execAt = at
 	t.procs[pid] = p
+}
+
+// Refresh re-reads the mappings of pid, a live process read at least
+// minAge ago, and adds those that overlap none it has: the libraries it
+// mapped after it was first read (dlopen, a plugin, an interpreter's
+// extension module). An address in none of its mappings is how the caller
+// finds out that a re-read may help. Exited processes, and processes read
+// less than minAge ago, are returned as they are, so addresses that are no
+// code at all (a broken frame chain) cost one re-read per minAge. Mappings
+// are only added, never dropped, and the process is replaced, not changed
+// in place: a *Process handed out earlier stays as it was, and so do the
+// files it names.
+func (t *Tracker) Refresh(pid uint32, minAge time.Duration) *Process {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old, ok := t.procs[pid]
+	if !ok || old.Exited || time.Since(old.readAt) < minAge {
+		return old
+	}
+	np := *old
+	np.readAt = time.Now()
+	cur, err := t.read(pid)
+	if err != nil || cur.Exited {
+		// Gone since: what was read before is all there is.
+		np.Exited = err != nil
+		if cur != nil {
+			t.release(cur)
+		}
+		t.procs[pid] = &np
+		return &np
+	}
+	np.Mappings = slices.Clone(old.Mappings)
+	np.Files = maps.Clone(old.Files)
+	if np.Files == nil {
+		np.Files = map[uint64]*os.File{}
+	}
+	added := 0
+	for _, m := range cur.Mappings {
+		if overlaps(old.Mappings, m) {
+			continue
+		}
+		if f, ok := cur.Files[m.Start]; ok {
+			np.Files[m.Start] = f // the new read's reference moves over
+			delete(cur.Files, m.Start)
+		}
+		np.Mappings = append(np.Mappings, m)
+		added++
+	}
+	t.release(cur) // references to files old already holds
+	if added > 0 {
+		sortMappings(np.Mappings)
+		t.refreshed++
+	}
+	t.procs[pid] = &np
+	return &np
+}
+
+// Refreshed counts the re-reads of Refresh that found new mappings.
+func (t *Tracker) Refreshed() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.refreshed
 }
 
 // Synthesized counts the processes placed from their exec image because

@@ -1,0 +1,69 @@
+package proc
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestRefreshAddsLaterMappings: a library mapped after the first read is
+// found by Refresh, which keeps what was read before and leaves the
+// *Process handed out earlier as it was; a process read too recently is
+// not re-read, and a process gone since keeps its mappings.
+func TestRefreshAddsLaterMappings(t *testing.T) {
+	tmp := t.TempDir()
+	exe, lib := filepath.Join(tmp, "exe"), filepath.Join(tmp, "plugin.so")
+	for _, f := range []string{exe, lib} {
+		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(tmp, "proc")
+	fakeProc(t, root, 7, exe)
+	tr := NewTracker(root, nil)
+	defer tr.Close()
+	first := tr.Get(7)
+	if len(first.Mappings) != 1 {
+		t.Fatalf("first read: %d mappings, want 1", len(first.Mappings))
+	}
+	libAddr := uint64(0x400000 + 0x10000) // fakeProc's place for the second file
+	if first.Find(libAddr) != nil {
+		t.Fatal("library found before it was mapped")
+	}
+
+	fakeProc(t, root, 7, exe, lib) // the process loads the plugin
+	if p := tr.Refresh(7, time.Hour); p != first {
+		t.Fatal("a process read less than minAge ago was re-read")
+	}
+	p := tr.Refresh(7, 0)
+	m := p.Find(libAddr)
+	if m == nil || m.Path != lib {
+		t.Fatalf("after refresh: mapping %+v, want %s", m, lib)
+	}
+	if _, ok := p.Files[m.Start]; !ok {
+		t.Fatal("the new mapping's file was not opened")
+	}
+	if p.Find(0x400000) == nil || len(first.Mappings) != 1 || first.Find(libAddr) != nil {
+		t.Fatal("refresh lost the executable or changed the earlier *Process")
+	}
+	if got := tr.Refreshed(); got != 1 {
+		t.Fatalf("Refreshed() = %d, want 1", got)
+	}
+	// Both handles, held once each (one file per inode).
+	if n := tr.OpenFiles(); n != 2 {
+		t.Fatalf("%d files held, want 2", n)
+	}
+
+	if err := os.RemoveAll(filepath.Join(root, "7")); err != nil {
+		t.Fatal(err)
+	}
+	gone := tr.Refresh(7, 0)
+	if !gone.Exited || gone.Find(libAddr) == nil {
+		t.Fatalf("process gone since: exited %v, library mapping kept %v", gone.Exited, gone.Find(libAddr) != nil)
+	}
+	tr.ForgetExited()
+	if n := tr.OpenFiles(); n != 0 {
+		t.Fatalf("%d files still held after the process was forgotten", n)
+	}
+}
