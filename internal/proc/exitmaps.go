@@ -43,6 +43,9 @@ func (t *Tracker) ExitMaps(pid uint32, at time.Time, exe string, ms []Mapping) {
 	}
 	np := *p
 	np.Exited = true
+	// The kernel's list of its code mappings at exit, unless one is left
+	// out below.
+	np.Partial = false
 	if np.Exe == "" && strings.HasPrefix(exe, "/") {
 		np.Exe = exe // a process read too late to know it
 	}
@@ -60,6 +63,7 @@ func (t *Tracker) ExitMaps(pid uint32, at time.Time, exe string, ms []Mapping) {
 			f, ok := t.shared(fileKey{dev: m.Dev, inode: m.Inode}, m.Path)
 			if !ok {
 				t.exitStats.NoFile++
+				np.Partial = true
 				continue
 			}
 			np.Files[m.Start] = f

@@ -44,7 +44,7 @@ func (t *Tracker) synthesize(pid uint32, img *Image) (*Process, error) {
 	if img == nil || img.Path == "" || img.Inode == 0 {
 		return nil, fmt.Errorf("no exec image")
 	}
-	p := &Process{PID: pid, Exe: img.Path, Files: map[uint64]*os.File{}, Exited: true}
+	p := &Process{PID: pid, Exe: img.Path, Files: map[uint64]*os.File{}, Exited: true, Partial: true}
 	exe, ok := t.shared(fileKey{dev: img.Dev, inode: img.Inode}, img.Path)
 	if !ok {
 		return nil, fmt.Errorf("executable %s (inode %d) not found", img.Path, img.Inode)

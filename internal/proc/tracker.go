@@ -34,6 +34,10 @@ type Process struct {
 	ContainerID string
 	PodUID      string
 	Exited      bool
+	// Partial: the mappings are the executable's and the loader's only,
+	// placed from the exec image of a process gone before it could be
+	// read; its libraries are missing until its exit capture adds them.
+	Partial bool
 	// Env holds the few environment variables spanprof reads
 	// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES).
 	Env map[string]string
