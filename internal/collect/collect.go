@@ -53,18 +53,20 @@ type Options struct {
 	PerfMaps *perfmap.Cache
 }
 
-// raw is a sample kept until the profile is built; only addresses, so
-// symbolization happens once per distinct address.
-type raw struct {
-	kind       profile.Kind
-	pid, tid   uint32
-	cpu        uint32
-	comm       string
-	t          time.Time
-	value      int64
-	state      byte
-	link       profile.Link
-	user, kern []uint64
+// sample is a record kept until the profile is built. Its stack and
+// thread name are ids into the collector's tables: between reports memory
+// grows by this struct per record, and by the distinct stacks (addresses
+// only, so symbolization happens once per distinct address).
+type sample struct {
+	t     time.Time
+	value int64
+	link  profile.Link
+	stack uint32 // stackTable id; the stack holds the pid
+	tid   uint32
+	cpu   uint32
+	comm  uint32 // names id
+	kind  profile.Kind
+	state byte
 }
 
 // Stats counts what the collector saw.
@@ -81,7 +83,9 @@ type Collector struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	samples []raw
+	samples []sample
+	stacks  stackTable
+	comms   names
 	start   time.Time
 	stats   Stats
 }
@@ -139,10 +143,11 @@ func (c *Collector) Add(r *sampler.Record) {
 	if len(user) == 0 {
 		c.stats.UserStackEmpty++
 	}
-	c.samples = append(c.samples, raw{
-		kind: r.Kind, pid: r.PID, tid: r.TID, cpu: r.CPU, comm: r.Comm,
-		t: r.Time, value: r.Value, state: r.State, link: r.Link,
-		user: user, kern: r.KernStack,
+	c.samples = append(c.samples, sample{
+		t: r.Time, value: r.Value, link: r.Link,
+		stack: c.stacks.intern(r.PID, r.KernStack, user),
+		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
+		kind: r.Kind, state: r.State,
 	})
 }
 
@@ -168,15 +173,16 @@ func (c *Collector) Prepare() {
 	}
 	seen := map[key]bool{}
 	var todo []key
-	for i := range c.samples {
-		r := &c.samples[i]
-		p := c.opts.Tracker.Get(r.pid)
-		for _, a := range r.user {
+	var buf []uint64
+	for id := range c.stacks.len() {
+		pid, _, user := c.stacks.stack(uint32(id), &buf)
+		p := c.opts.Tracker.Get(pid)
+		for _, a := range user {
 			m := p.Find(a)
 			if m == nil || m.Anonymous() || m.Path[0] == '[' {
 				continue
 			}
-			if k := (key{r.pid, m.Start}); !seen[k] {
+			if k := (key{pid, m.Start}); !seen[k] {
 				seen[k] = true
 				todo = append(todo, k)
 			}
@@ -192,12 +198,14 @@ func (c *Collector) Prepare() {
 }
 
 // Build symbolizes everything added since the last Build and returns it as
-// a profile; the collector starts afresh.
+// a profile; the collector starts afresh. Each distinct stack is
+// symbolized once, and its samples share the frames: Sample.Frames is
+// read-only.
 func (c *Collector) Build(end time.Time) *profile.Profile {
 	c.mu.Lock()
-	samples := c.samples
+	samples, stacks, comms := c.samples, c.stacks, c.comms
 	start := c.start
-	c.samples = nil
+	c.samples, c.stacks, c.comms = nil, stackTable{}, names{}
 	c.start = end
 	c.mu.Unlock()
 
@@ -209,24 +217,54 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 		Processes: map[uint32]*profile.Process{},
 		Samples:   make([]profile.Sample, 0, len(samples)),
 	}
+	built := make([]builtStack, stacks.len())
+	var buf []uint64
 	for i := range samples {
 		r := &samples[i]
-		if _, ok := prof.Processes[r.pid]; !ok {
-			prof.Processes[r.pid] = b.process(r.pid)
+		st := &built[r.stack]
+		if !st.done {
+			var kern, user []uint64
+			st.pid, kern, user = stacks.stack(r.stack, &buf)
+			st.frames = b.frames(st.pid, kern, user)
+			st.done = true
+			if _, ok := prof.Processes[st.pid]; !ok {
+				prof.Processes[st.pid] = b.process(st.pid)
+			}
 		}
 		s := profile.Sample{
-			Kind: r.kind, PID: r.pid, TID: r.tid, CPU: r.cpu, ThreadName: r.comm,
-			Time: r.t, Value: r.value, Link: r.link,
+			Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: comms.list[r.comm],
+			Time: r.t, Value: r.value, Link: r.link, State: stateNames[r.state],
+			Frames: st.frames,
 		}
-		if r.state != 0 {
-			s.State = string(rune(r.state))
-		}
-		s.Frames = b.frames(r.pid, r.kern, r.user)
 		if r.kind == profile.OffCPU {
-			s.Frames = trimTracing(s.Frames)
-			s.Reason = WaitReason(s.Frames)
+			if !st.offCPU {
+				st.trimmed = trimTracing(st.frames)
+				st.reason = WaitReason(st.trimmed)
+				st.offCPU = true
+			}
+			s.Frames, s.Reason = st.trimmed, st.reason
 		}
 		prof.Samples = append(prof.Samples, s)
 	}
 	return prof
 }
+
+// builtStack is a stack symbolized for one Build, shared by its samples.
+type builtStack struct {
+	done   bool
+	pid    uint32
+	frames []profile.Frame
+	// trimmed and reason are for off-CPU samples, set at the first.
+	offCPU  bool
+	trimmed []profile.Frame
+	reason  string
+}
+
+// stateNames are the strings of the thread states a record carries ("S",
+// "D"), made once: empty for 0, as the record has no state.
+var stateNames = func() (s [256]string) {
+	for i := 1; i < len(s); i++ {
+		s[i] = string(rune(i))
+	}
+	return s
+}()
