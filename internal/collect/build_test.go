@@ -200,7 +200,8 @@ func TestBuildSharesFramesOfIdenticalStacks(t *testing.T) {
 // until the next Build grows with the distinct stacks, not with the
 // records: records of deep stacks repeating a few cost the collector no
 // more than a small fixed size each (the old collector kept every
-// record's stacks, over 600 bytes here).
+// record's stacks, over 600 bytes here), and Build still yields them all
+// in order.
 func TestAddKeepsMemoryPerDistinctStack(t *testing.T) {
 	pid := uint32(os.Getpid())
 	var stacks [4][]uint64
@@ -229,8 +230,14 @@ func TestAddKeepsMemoryPerDistinctStack(t *testing.T) {
 	if perRecord > 160 {
 		t.Errorf("the collector keeps %d bytes per record of a repeated stack, want at most 160", perRecord)
 	}
-	if got := len(c.Build(time.Now()).Samples); got != n+1 {
-		t.Errorf("built %d samples, want %d", got, n+1)
+	got := c.Build(time.Now()).Samples
+	if len(got) != n+1 {
+		t.Fatalf("built %d samples, want %d", len(got), n+1)
+	}
+	for i, s := range got[1:] { // in the order added, over many chunks
+		if want := t0.Add(time.Duration(i)); s.Time != want || s.TID != pid+uint32(i%100) {
+			t.Fatalf("sample %d: time %v, thread %d; want %v, %d", i+1, s.Time, s.TID, want, pid+uint32(i%100))
+		}
 	}
 }
 

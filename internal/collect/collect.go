@@ -82,8 +82,13 @@ type Collector struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	samples []sample
+	mu sync.Mutex
+	// samples are kept in chunks of chunkSamples: appending never copies
+	// what was kept (a 42,000-record interval would otherwise leave some
+	// 13 MB of outgrown arrays behind), and Build frees each chunk once
+	// converted, so the kept samples and the profile's barely overlap.
+	samples [][]sample
+	n       int // samples kept
 	stacks  stackTable
 	comms   names
 	start   time.Time
@@ -143,7 +148,12 @@ func (c *Collector) Add(r *sampler.Record) {
 	if len(user) == 0 {
 		c.stats.UserStackEmpty++
 	}
-	c.samples = append(c.samples, sample{
+	if k := len(c.samples); k == 0 || len(c.samples[k-1]) == chunkSamples {
+		c.samples = append(c.samples, make([]sample, 0, chunkSamples))
+	}
+	last := &c.samples[len(c.samples)-1]
+	c.n++
+	*last = append(*last, sample{
 		t: r.Time, value: r.Value, link: r.Link,
 		stack: c.stacks.intern(r.PID, r.KernStack, user),
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
@@ -203,50 +213,38 @@ func (c *Collector) Prepare() {
 // read-only.
 func (c *Collector) Build(end time.Time) *profile.Profile {
 	c.mu.Lock()
-	samples, stacks, comms := c.samples, c.stacks, c.comms
+	chunks, n, stacks, comms := c.samples, c.n, c.stacks, c.comms
 	start := c.start
-	c.samples, c.stacks, c.comms = nil, stackTable{}, names{}
+	c.samples, c.n, c.stacks, c.comms = nil, 0, stackTable{}, names{}
 	c.start = end
 	c.mu.Unlock()
 
-	b := newBuilder(c.opts)
 	prof := &profile.Profile{
 		Start:     start,
 		End:       end,
 		Frequency: c.opts.Frequency,
 		Processes: map[uint32]*profile.Process{},
-		Samples:   make([]profile.Sample, 0, len(samples)),
+		Samples:   make([]profile.Sample, 0, n),
 	}
-	built := make([]builtStack, stacks.len())
-	var buf []uint64
-	for i := range samples {
-		r := &samples[i]
-		st := &built[r.stack]
-		if !st.done {
-			var kern, user []uint64
-			st.pid, kern, user = stacks.stack(r.stack, &buf)
-			st.frames = b.frames(st.pid, kern, user)
-			st.done = true
-			if _, ok := prof.Processes[st.pid]; !ok {
-				prof.Processes[st.pid] = b.process(st.pid)
-			}
+	bt := batch{b: newBuilder(c.opts), prof: prof, stacks: stacks, comms: comms, built: make([]builtStack, stacks.len())}
+	for ci, chunk := range chunks {
+		for i := range chunk {
+			prof.Samples = append(prof.Samples, bt.sample(&chunk[i]))
 		}
-		s := profile.Sample{
-			Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: comms.list[r.comm],
-			Time: r.t, Value: r.value, Link: r.link, State: stateNames[r.state],
-			Frames: st.frames,
-		}
-		if r.kind == profile.OffCPU {
-			if !st.offCPU {
-				st.trimmed = trimTracing(st.frames)
-				st.reason = WaitReason(st.trimmed)
-				st.offCPU = true
-			}
-			s.Frames, s.Reason = st.trimmed, st.reason
-		}
-		prof.Samples = append(prof.Samples, s)
+		chunks[ci] = nil
 	}
 	return prof
+}
+
+// batch is what one Build converts: the samples' tables, and each stack
+// once symbolized.
+type batch struct {
+	b      *builder
+	prof   *profile.Profile
+	stacks stackTable
+	comms  names
+	built  []builtStack // by stack id
+	buf    []uint64
 }
 
 // builtStack is a stack symbolized for one Build, shared by its samples.
@@ -259,6 +257,37 @@ type builtStack struct {
 	trimmed []profile.Frame
 	reason  string
 }
+
+// sample converts r, symbolizing its stack at the first sample of it.
+func (bt *batch) sample(r *sample) profile.Sample {
+	st := &bt.built[r.stack]
+	if !st.done {
+		var kern, user []uint64
+		st.pid, kern, user = bt.stacks.stack(r.stack, &bt.buf)
+		st.frames = bt.b.frames(st.pid, kern, user)
+		st.done = true
+		if _, ok := bt.prof.Processes[st.pid]; !ok {
+			bt.prof.Processes[st.pid] = bt.b.process(st.pid)
+		}
+	}
+	s := profile.Sample{
+		Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: bt.comms.list[r.comm],
+		Time: r.t, Value: r.value, Link: r.link, State: stateNames[r.state],
+		Frames: st.frames,
+	}
+	if r.kind == profile.OffCPU {
+		if !st.offCPU {
+			st.trimmed = trimTracing(st.frames)
+			st.reason = WaitReason(st.trimmed)
+			st.offCPU = true
+		}
+		s.Frames, s.Reason = st.trimmed, st.reason
+	}
+	return s
+}
+
+// chunkSamples is the size of the chunks samples are kept in (80 KiB).
+const chunkSamples = 1024
 
 // stateNames are the strings of the thread states a record carries ("S",
 // "D"), made once: empty for 0, as the record has no state.
