@@ -167,6 +167,35 @@ func TestBuildKeepsEachSample(t *testing.T) {
 	}
 }
 
+// TestEmitGivesWhatBuildGives checks that Emit hands over, one at a
+// time and in order, the samples Build returns for the same records, with
+// the same profile around them.
+func TestEmitGivesWhatBuildGives(t *testing.T) {
+	rs := testRecords()
+	emitted, built := testCollector(), testCollector()
+	for _, r := range rs {
+		emitted.Add(r)
+		built.Add(r)
+	}
+	end := time.Unix(1700000010, 0)
+	var got []profile.Sample
+	prof := emitted.Emit(end, func(s *profile.Sample) { got = append(got, *s) })
+	want := built.Build(end)
+	if len(prof.Samples) != 0 {
+		t.Errorf("Emit's profile holds %d samples", len(prof.Samples))
+	}
+	if !reflect.DeepEqual(got, want.Samples) {
+		t.Errorf("emitted samples differ from built ones")
+	}
+	prof.Samples, prof.Start, want.Start = want.Samples, time.Time{}, time.Time{} // each collector started at its New
+	if !reflect.DeepEqual(prof, want) {
+		t.Errorf("Emit's profile %+v, Build's %+v", prof, want)
+	}
+	if again := emitted.Emit(end, func(*profile.Sample) { t.Error("a sample emitted twice") }); again.Start != end {
+		t.Errorf("the next interval starts at %v, want %v", again.Start, end)
+	}
+}
+
 // TestBuildSharesFramesOfIdenticalStacks checks that samples of one stack
 // (same process, kernel and user addresses) share one symbolized stack,
 // and samples of different stacks do not.

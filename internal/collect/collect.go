@@ -212,88 +212,39 @@ func (c *Collector) Prepare() {
 // symbolized once, and its samples share the frames: Sample.Frames is
 // read-only.
 func (c *Collector) Build(end time.Time) *profile.Profile {
-	c.mu.Lock()
-	chunks, n, stacks, comms := c.samples, c.n, c.stacks, c.comms
-	start := c.start
-	c.samples, c.n, c.stacks, c.comms = nil, 0, stackTable{}, names{}
-	c.start = end
-	c.mu.Unlock()
-
-	prof := &profile.Profile{
-		Start:     start,
-		End:       end,
-		Frequency: c.opts.Frequency,
-		Processes: map[uint32]*profile.Process{},
-		Samples:   make([]profile.Sample, 0, n),
-	}
-	bt := batch{b: newBuilder(c.opts), prof: prof, stacks: stacks, comms: comms, built: make([]builtStack, stacks.len())}
-	for ci, chunk := range chunks {
-		for i := range chunk {
-			prof.Samples = append(prof.Samples, bt.sample(&chunk[i]))
-		}
-		chunks[ci] = nil
-	}
+	k := c.take(end)
+	samples := make([]profile.Sample, 0, k.n)
+	prof := k.emit(c.opts, func(s *profile.Sample) { samples = append(samples, *s) })
+	prof.Samples = samples
 	return prof
 }
 
-// batch is what one Build converts: the samples' tables, and each stack
-// once symbolized.
-type batch struct {
-	b      *builder
-	prof   *profile.Profile
-	stacks stackTable
-	comms  names
-	built  []builtStack // by stack id
-	buf    []uint64
+// Emit is Build for a caller that consumes each sample as it is made (a
+// profile.Aggregator), so that the interval's samples never exist in
+// profile form all at once: add gets every sample, in the order Build
+// gives, and must not keep the pointer. The profile returned has none.
+func (c *Collector) Emit(end time.Time, add func(*profile.Sample)) *profile.Profile {
+	return c.take(end).emit(c.opts, add)
 }
 
-// builtStack is a stack symbolized for one Build, shared by its samples.
-type builtStack struct {
-	done   bool
-	pid    uint32
-	frames []profile.Frame
-	// trimmed and reason are for off-CPU samples, set at the first.
-	offCPU  bool
-	trimmed []profile.Frame
-	reason  string
+// kept is what the collector kept over one interval.
+type kept struct {
+	start, end time.Time
+	chunks     [][]sample
+	n          int
+	stacks     stackTable
+	comms      names
 }
 
-// sample converts r, symbolizing its stack at the first sample of it.
-func (bt *batch) sample(r *sample) profile.Sample {
-	st := &bt.built[r.stack]
-	if !st.done {
-		var kern, user []uint64
-		st.pid, kern, user = bt.stacks.stack(r.stack, &bt.buf)
-		st.frames = bt.b.frames(st.pid, kern, user)
-		st.done = true
-		if _, ok := bt.prof.Processes[st.pid]; !ok {
-			bt.prof.Processes[st.pid] = bt.b.process(st.pid)
-		}
-	}
-	s := profile.Sample{
-		Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: bt.comms.list[r.comm],
-		Time: r.t, Value: r.value, Link: r.link, State: stateNames[r.state],
-		Frames: st.frames,
-	}
-	if r.kind == profile.OffCPU {
-		if !st.offCPU {
-			st.trimmed = trimTracing(st.frames)
-			st.reason = WaitReason(st.trimmed)
-			st.offCPU = true
-		}
-		s.Frames, s.Reason = st.trimmed, st.reason
-	}
-	return s
+// take hands over what was kept and starts afresh.
+func (c *Collector) take(end time.Time) *kept {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms}
+	c.samples, c.n, c.stacks, c.comms = nil, 0, stackTable{}, names{}
+	c.start = end
+	return k
 }
 
 // chunkSamples is the size of the chunks samples are kept in (80 KiB).
 const chunkSamples = 1024
-
-// stateNames are the strings of the thread states a record carries ("S",
-// "D"), made once: empty for 0, as the record has no state.
-var stateNames = func() (s [256]string) {
-	for i := 1; i < len(s); i++ {
-		s[i] = string(rune(i))
-	}
-	return s
-}()
