@@ -85,7 +85,7 @@ type builtStack struct {
 func convert(r *sample, st *builtStack, comms *names) profile.Sample {
 	s := profile.Sample{
 		Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: comms.list[r.comm],
-		Time: r.t, Value: r.value, Link: r.link, State: stateNames[r.state],
+		Time: r.t.time(), Value: r.value, Link: r.link, State: stateNames[r.state],
 		Frames: st.frames,
 	}
 	if r.kind == profile.OffCPU {

@@ -245,7 +245,7 @@ func TestAddKeepsMemoryPerDistinctStack(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	t0 := time.Now()
+	t0 := time.Unix(1700000000, 0) // as the sampler makes times: time.Unix(0, ns)
 	for i := range n {
 		st := slices.Clone(stacks[i%len(stacks)])
 		c.Add(&sampler.Record{Kind: profile.OffCPU, PID: pid, TID: pid + uint32(i%100), Comm: "w",
@@ -256,8 +256,8 @@ func TestAddKeepsMemoryPerDistinctStack(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	perRecord := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
 	t.Logf("%d bytes kept per record", perRecord)
-	if perRecord > 160 {
-		t.Errorf("the collector keeps %d bytes per record of a repeated stack, want at most 160", perRecord)
+	if perRecord > 128 {
+		t.Errorf("the collector keeps %d bytes per record of a repeated stack, want at most 128", perRecord)
 	}
 	got := c.Build(time.Now()).Samples
 	if len(got) != n+1 {
@@ -267,6 +267,32 @@ func TestAddKeepsMemoryPerDistinctStack(t *testing.T) {
 		if want := t0.Add(time.Duration(i)); s.Time != want || s.TID != pid+uint32(i%100) {
 			t.Fatalf("sample %d: time %v, thread %d; want %v, %d", i+1, s.Time, s.TID, want, pid+uint32(i%100))
 		}
+	}
+}
+
+// TestSampleTimes checks that a time made as the sampler makes it
+// (time.Unix(0, ns)) comes back from the collector as it was, and any
+// other time with its instant (without a monotonic reading).
+func TestSampleTimes(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name  string
+		in    time.Time
+		exact bool
+	}{
+		{"sampler", time.Unix(0, 1700000000123456789), true},
+		{"zero", time.Time{}, true},
+		{"epoch", time.Unix(0, 0), true},
+		{"now", now, false},
+		{"utc", time.Unix(5, 6).UTC(), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := toUnixNano(tt.in).time()
+			if tt.exact && got != tt.in || !got.Equal(tt.in) {
+				t.Errorf("%v came back as %v", tt.in, got)
+			}
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ package collect
 
 import (
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -55,10 +56,10 @@ type Options struct {
 
 // sample is a record kept until the profile is built. Its stack and
 // thread name are ids into the collector's tables: between reports memory
-// grows by this struct per record, and by the distinct stacks (addresses
-// only, so symbolization happens once per distinct address).
+// grows by this struct per record (64 bytes), and by the distinct stacks
+// (addresses only, so symbolization happens once per distinct address).
 type sample struct {
-	t     time.Time
+	t     unixNano
 	value int64
 	link  profile.Link
 	stack uint32 // stackTable id; the stack holds the pid
@@ -67,6 +68,28 @@ type sample struct {
 	comm  uint32 // names id
 	kind  profile.Kind
 	state byte
+}
+
+// unixNano is a time as Unix nanoseconds: the sampler's times are made by
+// time.Unix(0, ns), so this gives them back as they were, in a third of
+// the space of a time.Time.
+type unixNano int64
+
+// noTime stands for the zero time.Time, which has no Unix nanoseconds.
+const noTime unixNano = math.MinInt64
+
+func toUnixNano(t time.Time) unixNano {
+	if t.IsZero() {
+		return noTime
+	}
+	return unixNano(t.UnixNano())
+}
+
+func (n unixNano) time() time.Time {
+	if n == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(n))
 }
 
 // Stats counts what the collector saw.
@@ -154,7 +177,7 @@ func (c *Collector) Add(r *sampler.Record) {
 	last := &c.samples[len(c.samples)-1]
 	c.n++
 	*last = append(*last, sample{
-		t: r.Time, value: r.Value, link: r.Link,
+		t: toUnixNano(r.Time), value: r.Value, link: r.Link,
 		stack: c.stacks.intern(r.PID, r.KernStack, user),
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
 		kind: r.Kind, state: r.State,
