@@ -320,15 +320,23 @@ func (a *Agent) wanted(pid uint32) bool {
 }
 
 // report builds the profile of the interval, hands it to every exporter
-// and forgets exited processes.
+// and forgets exited processes. The samples go straight from the
+// collector into the aggregate the export encodes: with off-CPU sampling
+// an interval has tens of thousands, and holding them as profile samples
+// too would double what a report needs at its peak.
 func (a *Agent) report() {
 	t0 := time.Now()
-	prof := a.collector.Build(a.now())
+	agg := profile.NewAggregator()
+	prof := a.collector.Emit(a.now(), agg.Add)
 	// The report is symbolized: DWARF section data loaded for it goes
 	// (the tables built from it stay).
 	a.sym.Trim()
 	if a.goWait != nil {
 		a.goWait.Merge(prof)
+		for i := range prof.Samples {
+			agg.Add(&prof.Samples[i])
+		}
+		prof.Samples = nil
 	}
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
 	a.tracker.ForgetExited()
@@ -336,24 +344,25 @@ func (a *Agent) report() {
 		a.corr.ForgetExited()
 	}
 	clear(a.match)
-	if len(prof.Samples) == 0 {
+	n := agg.Samples()
+	if n == 0 {
 		a.log.Debug("nothing sampled this interval")
 		return
 	}
 	a.stampHost(prof)
-	b, err := NewBatch(prof)
+	b, err := newBatch(prof, agg.Finish(), n)
 	if err != nil {
 		// Not expected: pdata encodes whatever it holds.
 		for _, e := range a.exporters {
-			e.drop(DropEncode, len(prof.Samples))
+			e.drop(DropEncode, n)
 		}
-		a.log.Error("encode report", "samples", len(prof.Samples), "error", err)
+		a.log.Error("encode report", "samples", n, "error", err)
 		return
 	}
 	a.m.reports.Inc()
-	a.m.reportSamples.Add(float64(len(prof.Samples)))
+	a.m.reportSamples.Add(float64(n))
 	a.m.reportBytes.Observe(float64(b.Size()))
-	a.log.Debug("report built", "samples", len(prof.Samples), "processes", len(prof.Processes), "bytes", b.Size(), "took", time.Since(t0))
+	a.log.Debug("report built", "samples", n, "processes", len(prof.Processes), "bytes", b.Size(), "took", time.Since(t0))
 	for _, e := range a.exporters {
 		e.Enqueue(b)
 	}

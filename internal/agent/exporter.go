@@ -42,11 +42,17 @@ type Batch struct {
 
 // NewBatch encodes p.
 func NewBatch(p *profile.Profile) (Batch, error) {
-	data, err := pprofileotlp.NewExportRequestFromProfiles(otlp.Build(p)).MarshalProto()
+	return newBatch(p, profile.NewAggregate(p), len(p.Samples))
+}
+
+// newBatch encodes agg, the aggregate of n samples, with p's processes and
+// times (p's own samples are not read).
+func newBatch(p *profile.Profile, agg *profile.Aggregate, n int) (Batch, error) {
+	data, err := pprofileotlp.NewExportRequestFromProfiles(otlp.BuildAggregate(p, agg)).MarshalProto()
 	if err != nil {
 		return Batch{}, fmt.Errorf("encode profiles: %w", err)
 	}
-	return Batch{data: data, Samples: len(p.Samples)}, nil
+	return Batch{data: data, Samples: n}, nil
 }
 
 // Size is the encoded size in bytes.

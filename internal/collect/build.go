@@ -37,6 +37,72 @@ func newBuilder(opts Options) *builder {
 	}
 }
 
+// emit symbolizes each distinct stack once, then hands every sample to
+// add, freeing each chunk once it is done.
+func (k *kept) emit(opts Options, add func(*profile.Sample)) *profile.Profile {
+	prof := &profile.Profile{
+		Start:     k.start,
+		End:       k.end,
+		Frequency: opts.Frequency,
+		Processes: map[uint32]*profile.Process{},
+	}
+	// Symbolize first, while only the kept samples are live: reading
+	// debug info for the first time is a burst of garbage.
+	b := newBuilder(opts)
+	built := make([]builtStack, k.stacks.len())
+	var buf []uint64
+	for id := range built {
+		pid, kern, user := k.stacks.stack(uint32(id), &buf)
+		if _, ok := prof.Processes[pid]; !ok {
+			prof.Processes[pid] = b.process(pid)
+		}
+		frames := b.frames(pid, kern, user)
+		trimmed := trimTracing(frames)
+		built[id] = builtStack{pid: pid, frames: frames, trimmed: trimmed, reason: WaitReason(trimmed)}
+	}
+	var s profile.Sample
+	for ci, chunk := range k.chunks {
+		for i := range chunk {
+			s = convert(&chunk[i], &built[chunk[i].stack], &k.comms)
+			add(&s)
+		}
+		k.chunks[ci] = nil
+	}
+	return prof
+}
+
+// builtStack is a stack symbolized for one Build, shared by its samples.
+type builtStack struct {
+	pid    uint32
+	frames []profile.Frame
+	// trimmed and reason are what an off-CPU sample of the stack shows:
+	// without the tracing frames, and why it waited.
+	trimmed []profile.Frame
+	reason  string
+}
+
+// convert returns the profile's sample of r, whose stack is st.
+func convert(r *sample, st *builtStack, comms *names) profile.Sample {
+	s := profile.Sample{
+		Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: comms.list[r.comm],
+		Time: r.t.time(), Value: r.value, Link: r.link, State: stateNames[r.state],
+		Frames: st.frames,
+	}
+	if r.kind == profile.OffCPU {
+		s.Frames, s.Reason = st.trimmed, st.reason
+	}
+	return s
+}
+
+// stateNames are the strings of the thread states a record carries ("S",
+// "D"), made once: empty for 0, as the record has no state.
+var stateNames = func() (s [256]string) {
+	for i := 1; i < len(s); i++ {
+		s[i] = string(rune(i))
+	}
+	return s
+}()
+
 func (b *builder) process(pid uint32) *profile.Process {
 	p := b.opts.Tracker.Get(pid)
 	out := &profile.Process{

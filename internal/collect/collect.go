@@ -6,6 +6,7 @@ package collect
 
 import (
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -57,18 +58,42 @@ type Options struct {
 	NoVDSO bool
 }
 
-// raw is a sample kept until the profile is built; only addresses, so
-// symbolization happens once per distinct address.
-type raw struct {
-	kind       profile.Kind
-	pid, tid   uint32
-	cpu        uint32
-	comm       string
-	t          time.Time
-	value      int64
-	state      byte
-	link       profile.Link
-	user, kern []uint64
+// sample is a record kept until the profile is built. Its stack and
+// thread name are ids into the collector's tables: between reports memory
+// grows by this struct per record (64 bytes), and by the distinct stacks
+// (addresses only, so symbolization happens once per distinct address).
+type sample struct {
+	t     unixNano
+	value int64
+	link  profile.Link
+	stack uint32 // stackTable id; the stack holds the pid
+	tid   uint32
+	cpu   uint32
+	comm  uint32 // names id
+	kind  profile.Kind
+	state byte
+}
+
+// unixNano is a time as Unix nanoseconds: the sampler's times are made by
+// time.Unix(0, ns), so this gives them back as they were, in a third of
+// the space of a time.Time.
+type unixNano int64
+
+// noTime stands for the zero time.Time, which has no Unix nanoseconds.
+const noTime unixNano = math.MinInt64
+
+func toUnixNano(t time.Time) unixNano {
+	if t.IsZero() {
+		return noTime
+	}
+	return unixNano(t.UnixNano())
+}
+
+func (n unixNano) time() time.Time {
+	if n == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(n))
 }
 
 // Stats counts what the collector saw.
@@ -84,8 +109,15 @@ type Collector struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	samples []raw
+	mu sync.Mutex
+	// samples are kept in chunks of chunkSamples: appending never copies
+	// what was kept (a 42,000-record interval would otherwise leave some
+	// 13 MB of outgrown arrays behind), and Build frees each chunk once
+	// converted, so the kept samples and the profile's barely overlap.
+	samples [][]sample
+	n       int // samples kept
+	stacks  stackTable
+	comms   names
 	start   time.Time
 	stats   Stats
 }
@@ -155,10 +187,16 @@ func (c *Collector) Add(r *sampler.Record) {
 	if len(user) == 0 {
 		c.stats.UserStackEmpty++
 	}
-	c.samples = append(c.samples, raw{
-		kind: r.Kind, pid: r.PID, tid: r.TID, cpu: r.CPU, comm: r.Comm,
-		t: r.Time, value: r.Value, state: r.State, link: r.Link,
-		user: user, kern: r.KernStack,
+	if k := len(c.samples); k == 0 || len(c.samples[k-1]) == chunkSamples {
+		c.samples = append(c.samples, make([]sample, 0, chunkSamples))
+	}
+	last := &c.samples[len(c.samples)-1]
+	c.n++
+	*last = append(*last, sample{
+		t: toUnixNano(r.Time), value: r.Value, link: r.Link,
+		stack: c.stacks.intern(r.PID, r.KernStack, user),
+		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
+		kind: r.Kind, state: r.State,
 	})
 }
 
@@ -184,15 +222,16 @@ func (c *Collector) Prepare() {
 	}
 	seen := map[key]bool{}
 	var todo []key
-	for i := range c.samples {
-		r := &c.samples[i]
-		p := c.opts.Tracker.Get(r.pid)
-		for _, a := range r.user {
+	var buf []uint64
+	for id := range c.stacks.len() {
+		pid, _, user := c.stacks.stack(uint32(id), &buf)
+		p := c.opts.Tracker.Get(pid)
+		for _, a := range user {
 			m := p.Find(a)
 			if m == nil || m.Anonymous() || m.Path[0] == '[' {
 				continue
 			}
-			if k := (key{r.pid, m.Start}); !seen[k] {
+			if k := (key{pid, m.Start}); !seen[k] {
 				seen[k] = true
 				todo = append(todo, k)
 			}
@@ -208,41 +247,43 @@ func (c *Collector) Prepare() {
 }
 
 // Build symbolizes everything added since the last Build and returns it as
-// a profile; the collector starts afresh.
+// a profile; the collector starts afresh. Each distinct stack is
+// symbolized once, and its samples share the frames: Sample.Frames is
+// read-only.
 func (c *Collector) Build(end time.Time) *profile.Profile {
-	c.mu.Lock()
-	samples := c.samples
-	start := c.start
-	c.samples = nil
-	c.start = end
-	c.mu.Unlock()
-
-	b := newBuilder(c.opts)
-	prof := &profile.Profile{
-		Start:     start,
-		End:       end,
-		Frequency: c.opts.Frequency,
-		Processes: map[uint32]*profile.Process{},
-		Samples:   make([]profile.Sample, 0, len(samples)),
-	}
-	for i := range samples {
-		r := &samples[i]
-		if _, ok := prof.Processes[r.pid]; !ok {
-			prof.Processes[r.pid] = b.process(r.pid)
-		}
-		s := profile.Sample{
-			Kind: r.kind, PID: r.pid, TID: r.tid, CPU: r.cpu, ThreadName: r.comm,
-			Time: r.t, Value: r.value, Link: r.link,
-		}
-		if r.state != 0 {
-			s.State = string(rune(r.state))
-		}
-		s.Frames = b.frames(r.pid, r.kern, r.user)
-		if r.kind == profile.OffCPU {
-			s.Frames = trimTracing(s.Frames)
-			s.Reason = WaitReason(s.Frames)
-		}
-		prof.Samples = append(prof.Samples, s)
-	}
+	k := c.take(end)
+	samples := make([]profile.Sample, 0, k.n)
+	prof := k.emit(c.opts, func(s *profile.Sample) { samples = append(samples, *s) })
+	prof.Samples = samples
 	return prof
 }
+
+// Emit is Build for a caller that consumes each sample as it is made (a
+// profile.Aggregator), so that the interval's samples never exist in
+// profile form all at once: add gets every sample, in the order Build
+// gives, and must not keep the pointer. The profile returned has none.
+func (c *Collector) Emit(end time.Time, add func(*profile.Sample)) *profile.Profile {
+	return c.take(end).emit(c.opts, add)
+}
+
+// kept is what the collector kept over one interval.
+type kept struct {
+	start, end time.Time
+	chunks     [][]sample
+	n          int
+	stacks     stackTable
+	comms      names
+}
+
+// take hands over what was kept and starts afresh.
+func (c *Collector) take(end time.Time) *kept {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms}
+	c.samples, c.n, c.stacks, c.comms = nil, 0, stackTable{}, names{}
+	c.start = end
+	return k
+}
+
+// chunkSamples is the size of the chunks samples are kept in (80 KiB).
+const chunkSamples = 1024

@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"debug/elf"
 	"encoding/binary"
 	"os"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
+	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 //go:noinline
@@ -74,4 +76,42 @@ func shortNames(s string) string {
 		out = append(out, f[strings.LastIndexByte(f, '.')+1:])
 	}
 	return strings.Join(out, " ")
+}
+
+// TestLoadSegmentsTranslateAsTheFile checks that the PT_LOAD headers the
+// leaf fixer keeps, without the file's readers, translate file offsets to
+// the same addresses as the program headers read from the file.
+func TestLoadSegmentsTranslateAsTheFile(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	kept := loadSegments(ef.Progs)
+	loads := 0
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		loads++
+		for _, off := range []uint64{p.Off, p.Off + p.Filesz/2, p.Off + p.Filesz - 1, p.Off + p.Filesz} {
+			want, wantOK := symbolize.OffsetToVirtual(ef.Progs, off)
+			got, ok := symbolize.OffsetToVirtual(kept, off)
+			if got != want || ok != wantOK {
+				t.Errorf("offset %#x: %#x %v, want %#x %v", off, got, ok, want, wantOK)
+			}
+		}
+	}
+	if len(kept) != loads || loads == 0 {
+		t.Errorf("kept %d headers of %d PT_LOAD segments", len(kept), loads)
+	}
+	for _, p := range kept {
+		if p.ReaderAt != nil {
+			t.Errorf("segment at %#x keeps a reader of the file", p.Vaddr)
+		}
+	}
 }

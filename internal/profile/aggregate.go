@@ -46,30 +46,66 @@ type Aggregate struct {
 
 // NewAggregate groups the samples of p by GroupKey.
 func NewAggregate(p *Profile) *Aggregate {
-	a := &Aggregate{}
-	in := interner{
-		frameIDs: make(map[Frame]int32),
-		stackIDs: make(map[string]int32),
-		fastIDs:  make(map[string]int32),
-	}
-	groupIDs := make(map[GroupKey]int32)
+	g := NewAggregator()
 	for i := range p.Samples {
-		s := &p.Samples[i]
-		gk := GroupKey{
-			PID: s.PID, Kind: s.Kind, Stack: in.stack(a, s), Link: s.Link,
-			TID: s.TID, ThreadName: s.ThreadName, State: s.State, Reason: s.Reason,
-		}
-		g, ok := groupIDs[gk]
-		if !ok {
-			g = int32(len(a.Groups))
-			a.Groups = append(a.Groups, Group{GroupKey: gk})
-			groupIDs[gk] = g
-		}
-		grp := &a.Groups[g]
-		grp.Times = append(grp.Times, unixNanos(s))
-		grp.Values = append(grp.Values, s.Value)
-		grp.Total += s.Value
+		g.Add(&p.Samples[i])
 	}
+	return g.Finish()
+}
+
+// Aggregator builds an Aggregate one sample at a time, so that a producer
+// of many samples need not hold them all: the agent's report of 200
+// processes with off-CPU sampling has some 42,000 samples over a few
+// thousand groups.
+type Aggregator struct {
+	a        *Aggregate
+	in       interner
+	groupIDs map[GroupKey]int32
+	samples  int
+}
+
+// NewAggregator returns an empty Aggregator.
+func NewAggregator() *Aggregator {
+	return &Aggregator{
+		a: &Aggregate{},
+		in: interner{
+			frameIDs: make(map[Frame]int32),
+			stackIDs: make(map[string]int32),
+			fastIDs:  make(map[string]int32),
+		},
+		groupIDs: make(map[GroupKey]int32),
+	}
+}
+
+// Add groups s; the Aggregator keeps nothing of s itself (its frames are
+// copied, their strings and mappings shared).
+func (g *Aggregator) Add(s *Sample) {
+	a := g.a
+	gk := GroupKey{
+		PID: s.PID, Kind: s.Kind, Stack: g.in.stack(a, s), Link: s.Link,
+		TID: s.TID, ThreadName: s.ThreadName, State: s.State, Reason: s.Reason,
+	}
+	id, ok := g.groupIDs[gk]
+	if !ok {
+		id = int32(len(a.Groups))
+		a.Groups = append(a.Groups, Group{GroupKey: gk})
+		g.groupIDs[gk] = id
+	}
+	grp := &a.Groups[id]
+	grp.Times = append(grp.Times, unixNanos(s))
+	grp.Values = append(grp.Values, s.Value)
+	grp.Total += s.Value
+	g.samples++
+}
+
+// Samples returns how many samples were added.
+func (g *Aggregator) Samples() int { return g.samples }
+
+// Finish returns the Aggregate of the samples added, in the order
+// NewAggregate gives. The Aggregator must not be used after.
+func (g *Aggregator) Finish() *Aggregate {
+	a := g.a
+	g.a, g.groupIDs = nil, nil
 	a.sortGroups()
 	return a
 }

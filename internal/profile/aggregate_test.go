@@ -94,3 +94,36 @@ func TestDisplayName(t *testing.T) {
 		})
 	}
 }
+
+// TestAggregatorKeepsNothingOfTheSample feeds an Aggregator through one
+// Sample variable overwritten for every event, as a producer that does
+// not hold its samples does: the result must equal NewAggregate of the
+// same samples held in a slice.
+func TestAggregatorKeepsNothingOfTheSample(t *testing.T) {
+	m := &Mapping{Start: 0x1000, Limit: 0x2000, Path: "/bin/a"}
+	stacks := [][]Frame{
+		{{Address: 0x1100, Function: "leaf", Mapping: m}, {Address: 0x1200, Function: "root", Mapping: m}},
+		{{Address: 0x1300, Function: "wait", Mapping: m}},
+	}
+	p := &Profile{}
+	for i := range 50 {
+		p.Samples = append(p.Samples, Sample{
+			Kind: Kind(i % 2), PID: uint32(1 + i%3), TID: uint32(10 + i%4), ThreadName: []string{"a", "b"}[i%2],
+			Frames: stacks[i%len(stacks)], Link: Link{SpanID: [8]byte{byte(i % 5)}},
+			Time: time.Unix(100, int64(i)), Value: int64(i + 1), State: []string{"", "S"}[i%2],
+		})
+	}
+	g := NewAggregator()
+	var s Sample
+	for i := range p.Samples {
+		s = p.Samples[i]
+		g.Add(&s)
+	}
+	s = Sample{Frames: []Frame{{Address: 0xdead}}} // what a later sample would leave behind
+	if g.Samples() != len(p.Samples) {
+		t.Errorf("Samples() = %d, want %d", g.Samples(), len(p.Samples))
+	}
+	if got, want := g.Finish(), NewAggregate(p); !reflect.DeepEqual(got, want) {
+		t.Errorf("aggregate of streamed samples differs:\n got %+v\nwant %+v", got, want)
+	}
+}

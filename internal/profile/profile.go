@@ -75,8 +75,11 @@ type Sample struct {
 	PID, TID   uint32
 	ThreadName string
 	CPU        uint32
-	Frames     []Frame
-	Link       Link
+	// Frames may be shared with other samples of the same stack (the
+	// collector and the Go-wait sampler symbolize a stack once): read
+	// them, never write or append to them in place.
+	Frames []Frame
+	Link   Link
 	// Time is the event time in CLOCK_REALTIME.
 	Time time.Time
 	// Value is 1 for an on-CPU tick, nanoseconds blocked for off-CPU; it
