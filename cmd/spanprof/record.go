@@ -259,6 +259,9 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: %d processes were gone before /proc could be read; their executable and loader were placed from the exec\n", n)
 	}
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
+	if n := c.Stats().StacksCut; n > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d samples had their user stack cut at a return address in no code mapping (a frame-pointer chain through code built without frame pointers)\n", n)
+	}
 	if f.output == "" {
 		export.WriteSummary(stdout, prof, 15)
 		return nil

@@ -184,6 +184,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 				Name: "spanprof_samples_collected_total",
 				Help: "Samples that reached the collector from the sampler.",
 			}, func() float64 { return float64(a.collector.Stats().Samples) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_user_stacks_cut_total",
+				Help: "Samples whose user stack ended at a return address in no code mapping: the frame-pointer chain went through code built without frame pointers, and the rest was not a stack.",
+			}, func() float64 { return float64(a.collector.Stats().StacksCut) }),
 		)
 	}
 	if st, ok := opts.Correlator.(interface{ Stats() correlate.Stats }); ok && reg != nil {

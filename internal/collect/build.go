@@ -3,6 +3,7 @@ package collect
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
@@ -16,7 +17,14 @@ type builder struct {
 	mappings map[mapKey]*profile.Mapping
 	cache    map[addrKey][]profile.Frame
 	kernel   *profile.Mapping
+	// refreshed: processes re-read in this batch for an address in none
+	// of their mappings.
+	refreshed map[uint32]bool
 }
+
+// refreshAge is how long a live process's mappings are trusted before an
+// address outside them makes the tracker read them again.
+const refreshAge = 10 * time.Second
 
 type mapKey struct {
 	pid   uint32
@@ -34,12 +42,14 @@ func newBuilder(opts Options) *builder {
 		mappings: map[mapKey]*profile.Mapping{},
 		cache:    map[addrKey][]profile.Frame{},
 		kernel:   &profile.Mapping{Path: "[kernel.kallsyms]", Kernel: true},
+
+		refreshed: map[uint32]bool{},
 	}
 }
 
 // emit symbolizes each distinct stack once, then hands every sample to
 // add, freeing each chunk once it is done.
-func (k *kept) emit(opts Options, add func(*profile.Sample)) *profile.Profile {
+func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *profile.Profile {
 	prof := &profile.Profile{
 		Start:     k.start,
 		End:       k.end,
@@ -56,14 +66,18 @@ func (k *kept) emit(opts Options, add func(*profile.Sample)) *profile.Profile {
 		if _, ok := prof.Processes[pid]; !ok {
 			prof.Processes[pid] = b.process(pid)
 		}
-		frames := b.frames(pid, kern, user)
+		frames, cut := b.frames(pid, kern, user)
 		trimmed := trimTracing(frames)
-		built[id] = builtStack{pid: pid, frames: frames, trimmed: trimmed, reason: WaitReason(trimmed)}
+		built[id] = builtStack{pid: pid, frames: frames, trimmed: trimmed, reason: WaitReason(trimmed), cut: cut}
 	}
 	var s profile.Sample
 	for ci, chunk := range k.chunks {
 		for i := range chunk {
-			s = convert(&chunk[i], &built[chunk[i].stack], &k.comms)
+			st := &built[chunk[i].stack]
+			if st.cut {
+				stats.StacksCut++
+			}
+			s = convert(&chunk[i], st, &k.comms)
 			add(&s)
 		}
 		k.chunks[ci] = nil
@@ -79,6 +93,8 @@ type builtStack struct {
 	// without the tracing frames, and why it waited.
 	trimmed []profile.Frame
 	reason  string
+	// cut: the user stack ended at a return address in no code mapping.
+	cut bool
 }
 
 // convert returns the profile's sample of r, whose stack is st.
@@ -137,8 +153,15 @@ func (b *builder) process(pid uint32) *profile.Process {
 // user frames. Every frame but the first of each part is a return
 // address; it is looked up one byte earlier so that a call at the end of
 // a function resolves to that function.
-func (b *builder) frames(pid uint32, kern, user []uint64) []profile.Frame {
-	out := make([]profile.Frame, 0, len(kern)+len(user))
+//
+// A return address in none of the process's code mappings, once they are
+// known to be complete, is no return address: the frame-pointer chain went
+// through code that keeps no frame pointer (a loader or libc built
+// without), and every frame after it was read from wherever that register
+// pointed. The stack ends there and cut reports it. A live process is
+// first read again, since it may have mapped a library since (dlopen).
+func (b *builder) frames(pid uint32, kern, user []uint64) (out []profile.Frame, cut bool) {
+	out = make([]profile.Frame, 0, len(kern)+len(user))
 	for i, a := range kern {
 		if i > 0 {
 			a--
@@ -150,9 +173,26 @@ func (b *builder) frames(pid uint32, kern, user []uint64) []profile.Frame {
 		if i > 0 {
 			a--
 		}
+		if p.Find(a) == nil && !p.Exited && !b.refreshed[pid] {
+			b.refreshed[pid] = true
+			p = b.opts.Tracker.Refresh(pid, refreshAge)
+		}
+		if i > 0 && p.Find(a) == nil && !p.Partial && len(p.Mappings) > 0 && !b.perfMapped(pid, a) {
+			return out, true
+		}
 		out = append(out, b.userFrame(p, a)...)
 	}
-	return out
+	return out, false
+}
+
+// perfMapped reports whether the process's perf map names addr: JIT code
+// in memory the tracker has not seen mapped.
+func (b *builder) perfMapped(pid uint32, addr uint64) bool {
+	if b.opts.PerfMaps == nil {
+		return false
+	}
+	_, ok := b.opts.PerfMaps.Lookup(pid, addr)
+	return ok
 }
 
 func (b *builder) kernelFrame(addr uint64) []profile.Frame {

@@ -321,3 +321,34 @@ func TestStackTable(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildCutsStackAtNonCode: a return address in none of a fully read
+// process's code mappings ends the user stack there (what follows came
+// from a register that held no frame pointer) and is counted; the frames
+// before it are those of the stack without it.
+func TestBuildCutsStackAtNonCode(t *testing.T) {
+	pid := uint32(os.Getpid())
+	real := userStack(3)
+	if len(real) < 4 {
+		t.Fatalf("test stack of %d frames", len(real))
+	}
+	broken := append(slices.Clone(real[:2]), 0x1000, real[2], real[3])
+	end := time.Unix(1700000010, 0)
+	build := func(user []uint64) (*profile.Profile, Stats) {
+		c := testCollector()
+		c.Add(&sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Value: 1, Time: end.Add(-time.Second), UserStack: user})
+		return c.Build(end), c.Stats()
+	}
+	got, st := build(broken)
+	want, wst := build(slices.Clone(real[:2]))
+	if !reflect.DeepEqual(got.Samples[0].Frames, want.Samples[0].Frames) {
+		t.Errorf("broken stack built as\n%+v\nwant the frames before the non-code address\n%+v", got.Samples[0].Frames, want.Samples[0].Frames)
+	}
+	if st.StacksCut != 1 || wst.StacksCut != 0 {
+		t.Errorf("stacks cut: %d for the broken stack, %d for the whole one; want 1 and 0", st.StacksCut, wst.StacksCut)
+	}
+	whole, _ := build(slices.Clone(real))
+	if n := len(whole.Samples[0].Frames); n <= len(want.Samples[0].Frames) {
+		t.Errorf("the whole stack has %d frames, no more than its first two addresses", n)
+	}
+}

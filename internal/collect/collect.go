@@ -101,6 +101,11 @@ type Stats struct {
 	Samples        uint64
 	LeafRecovered  uint64
 	UserStackEmpty uint64
+	// StacksCut counts samples whose user stack ended at a return address
+	// in no code mapping of a process whose mappings are all known: the
+	// frame-pointer chain broke in code without frame pointers, and what
+	// followed was not a stack.
+	StacksCut uint64
 }
 
 // Collector accumulates records. Add and Build may be called from
@@ -253,7 +258,9 @@ func (c *Collector) Prepare() {
 func (c *Collector) Build(end time.Time) *profile.Profile {
 	k := c.take(end)
 	samples := make([]profile.Sample, 0, k.n)
-	prof := k.emit(c.opts, func(s *profile.Sample) { samples = append(samples, *s) })
+	var st Stats
+	prof := k.emit(c.opts, &st, func(s *profile.Sample) { samples = append(samples, *s) })
+	c.addStats(st)
 	prof.Samples = samples
 	return prof
 }
@@ -263,7 +270,17 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 // profile form all at once: add gets every sample, in the order Build
 // gives, and must not keep the pointer. The profile returned has none.
 func (c *Collector) Emit(end time.Time, add func(*profile.Sample)) *profile.Profile {
-	return c.take(end).emit(c.opts, add)
+	var st Stats
+	prof := c.take(end).emit(c.opts, &st, add)
+	c.addStats(st)
+	return prof
+}
+
+// addStats adds what a Build counted.
+func (c *Collector) addStats(st Stats) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.StacksCut += st.StacksCut
 }
 
 // kept is what the collector kept over one interval.

@@ -153,7 +153,9 @@ watch:
 	// The libraries the loader maps after the exec (libc) and the vDSO
 	// are placed from the mappings the kernel captures at exit (Linux
 	// 6.7 on); before, 32 % of the children's samples had every user
-	// frame named, 83-84 % with them on the development VM.
+	// frame named, 83-84 % with them on the development VM, and 92-93 %
+	// once stacks end at a return address in no code mapping (frame
+	// chains broken in the loader, docs/symbolization.md).
 	if strings.Contains(rec.stderr.String(), "not captured at exit") {
 		t.Log("KNOWN LIMIT: this kernel cannot capture mappings at exit; libc and vDSO frames of children gone before /proc could be read stay unnamed")
 	} else {
@@ -165,16 +167,16 @@ watch:
 				t.Errorf("only %.1f%% of the children's samples in %s have its frames named (want >= 90%%)", got, file)
 			}
 		}
-		if got := pct(childAllNamed, childUser); got < 70 {
-			t.Errorf("only %.1f%% of the short-lived children's samples have every user frame symbolized (want >= 70%%)", got)
+		if got := pct(childAllNamed, childUser); got < 85 {
+			t.Errorf("only %.1f%% of the short-lived children's samples have every user frame symbolized (want >= 85%%)", got)
 		}
 	}
 	// Known gap (docs/reliability.md): what stays unnamed is no missing
 	// mapping but the user stack itself: samples taken inside execve
-	// carry the old image's registers (the parent's libc), and
-	// frame-pointer walks through the loader, built without frame
-	// pointers, end in data addresses. The 90 % bar is enforced with
-	// SPANPROF_RELIABILITY_STRICT.
+	// carry the old image's registers (the parent's code). The 90 % bar
+	// is enforced with SPANPROF_RELIABILITY_STRICT: met on the
+	// development VM, but with less margin than a test run on a busy
+	// machine needs.
 	if got := pct(childAllNamed, childUser); got < 90 {
 		msg := fmt.Sprintf("only %.1f%% of the short-lived children's samples have every user frame symbolized (want >= 90%%)", got)
 		if os.Getenv("SPANPROF_RELIABILITY_STRICT") != "" {
