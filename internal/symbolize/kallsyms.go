@@ -27,11 +27,22 @@ const maxKernelSymbolSize = 1 << 20
 type ksym struct {
 	addr    uint64
 	nameOff uint32
-	nameLen uint16
+	nameLen uint16 // bit 15 marks a __pfx_ symbol (pfxPrefix is not stored)
 	mod     uint16 // index into Kallsyms.mappings; bit 15 marks non-text
 }
 
-const ksymNotText = 1 << 15
+const (
+	ksymNotText = 1 << 15
+	ksymPfx     = 1 << 15
+	// maxKsymName bounds a stored name (the kernel's KSYM_NAME_LEN is 512).
+	maxKsymName = ksymPfx - 1
+)
+
+// pfxPrefix names the padding before a function on kernels built with
+// call padding (FineIBT, call depth tracking): every function X has a
+// __pfx_X line just before its own, nearly half of all lines. The two
+// share the stored name X.
+const pfxPrefix = "__pfx_"
 
 // Kallsyms is a snapshot of the kernel symbol table, sorted by address.
 // Modules loaded after the snapshot are not known: reload it when a
@@ -70,6 +81,7 @@ func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 	k.syms = make([]ksym, 0, 1<<17)
 	k.names = make([]byte, 0, 4<<20)
 	nonzero := false
+	var pfx ksym // the previous line, when it was a __pfx_ symbol
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 256<<10), 1<<20) // big reads: each read of /proc/kallsyms is costly
 	for sc.Scan() {
@@ -95,9 +107,23 @@ func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 		default:
 			mod |= ksymNotText
 		}
-		name = name[:min(len(name), 0xffff)]
-		k.syms = append(k.syms, ksym{addr: addr, nameOff: uint32(len(k.names)), nameLen: uint16(len(name)), mod: mod})
-		k.names = append(k.names, name...)
+		var flags uint16
+		if bytes.HasPrefix(name, []byte(pfxPrefix)) && len(name) > len(pfxPrefix) {
+			name, flags = name[len(pfxPrefix):], ksymPfx
+		}
+		name = name[:min(len(name), maxKsymName)]
+		off := uint32(len(k.names))
+		if flags == 0 && pfx.nameLen&^ksymPfx == uint16(len(name)) && bytes.Equal(k.names[pfx.nameOff:int(pfx.nameOff)+len(name)], name) {
+			off = pfx.nameOff // X after __pfx_X
+		} else {
+			k.names = append(k.names, name...)
+		}
+		s := ksym{addr: addr, nameOff: off, nameLen: uint16(len(name)) | flags, mod: mod}
+		k.syms = append(k.syms, s)
+		pfx = ksym{}
+		if flags != 0 {
+			pfx = s
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read kallsyms: %w", err)
@@ -179,7 +205,16 @@ func (k *Kallsyms) Lookup(addr uint64) (name, module string, ok bool) {
 	if s.mod != 0 {
 		module = m.Path[1 : len(m.Path)-1]
 	}
-	return string(k.names[s.nameOff : s.nameOff+uint32(s.nameLen)]), module, true
+	return k.name(s), module, true
+}
+
+// name returns the name of s.
+func (k *Kallsyms) name(s ksym) string {
+	n := k.names[s.nameOff : s.nameOff+uint32(s.nameLen&^ksymPfx)]
+	if s.nameLen&ksymPfx != 0 {
+		return pfxPrefix + string(n)
+	}
+	return string(n)
 }
 
 func (k *Kallsyms) find(addr uint64) (ksym, bool) {
@@ -202,7 +237,7 @@ func (k *Kallsyms) find(addr uint64) (ksym, bool) {
 // for tests and one-off lookups).
 func (k *Kallsyms) Address(name string) (uint64, bool) {
 	for _, s := range k.syms {
-		if string(k.names[s.nameOff:s.nameOff+uint32(s.nameLen)]) == name {
+		if k.name(s) == name {
 			return s.addr, true
 		}
 	}
@@ -215,7 +250,7 @@ func (k *Kallsyms) Address(name string) (uint64, bool) {
 func (k *Kallsyms) Frames(dst []profile.Frame, addr uint64) []profile.Frame {
 	f := profile.Frame{Address: addr, Mapping: k.mappings[0]}
 	if s, ok := k.find(addr); ok {
-		f.Function = string(k.names[s.nameOff : s.nameOff+uint32(s.nameLen)])
+		f.Function = k.name(s)
 		f.Mapping = k.mappings[s.mod]
 	}
 	return append(dst, f)
