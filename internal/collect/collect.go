@@ -302,5 +302,5 @@ func (c *Collector) take(end time.Time) *kept {
 	return k
 }
 
-// chunkSamples is the size of the chunks samples are kept in (80 KiB).
+// chunkSamples is the size of the chunks samples are kept in (64 KiB).
 const chunkSamples = 1024
