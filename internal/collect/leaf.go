@@ -23,8 +23,8 @@ type CFILeafFixer struct {
 	Tables *unwind.Cache
 
 	mu sync.Mutex
-	// byMapping remembers the table of each mapping, so a new ip costs a
-	// map lookup instead of a file open.
+	// byMapping remembers the table of each mapped file, so a new ip or
+	// a new process costs a map lookup instead of a file open.
 	byMapping map[leafKey]leafEntry
 	// rules remembers the rule at each sampled ip of a mapping: samples
 	// repeat a small set of hot ips, and a hit skips the address
@@ -32,14 +32,18 @@ type CFILeafFixer struct {
 	rules map[ruleKey]unwind.Rule
 }
 
+// leafKey names a file: its table and segments serve every process
+// mapping it, wherever the mapping lies (under churn, each process maps the
+// same binary at its own address).
 type leafKey struct {
-	dev          string
-	inode, start uint64
+	dev   string
+	inode uint64
 }
 
+// ruleKey names a sampled ip of one mapping of a file.
 type ruleKey struct {
 	leafKey
-	ip uint64
+	start, ip uint64
 }
 
 type leafEntry struct {
@@ -61,7 +65,7 @@ func (f *CFILeafFixer) RecoverCaller(p *proc.Process, m *proc.Mapping, ip, sp ui
 
 // rule returns the CFA rule at ip, Unknown when there is none.
 func (f *CFILeafFixer) rule(p *proc.Process, m *proc.Mapping, ip uint64) unwind.Rule {
-	k := ruleKey{leafKey{m.Dev, m.Inode, m.Start}, ip}
+	k := ruleKey{leafKey{m.Dev, m.Inode}, m.Start, ip}
 	f.mu.Lock()
 	r, ok := f.rules[k]
 	f.mu.Unlock()
@@ -140,8 +144,7 @@ func (f *CFILeafFixer) load(openPath string) leafEntry {
 
 // loadSegments copies the headers of the PT_LOAD segments, all that
 // translating an address needs: an elf.Prog as read carries a reader of
-// the file, and an entry stays for every mapping of every binary sampled
-// (some 1,000 with 200 processes, 1.3 MB of headers and readers).
+// the file, and an entry stays for every binary sampled.
 func loadSegments(progs []*elf.Prog) []*elf.Prog {
 	n := 0
 	for _, p := range progs {
