@@ -67,3 +67,42 @@ func TestRefreshAddsLaterMappings(t *testing.T) {
 		t.Fatalf("%d files still held after the process was forgotten", n)
 	}
 }
+
+// TestExitingProcessReadAsExited: a process read while in do_exit (its
+// exit may already have been reported, before the read) is marked exited
+// with its mappings, so the tracker forgets it after the next report
+// instead of keeping it as live forever.
+func TestExitingProcessReadAsExited(t *testing.T) {
+	for _, tc := range []struct {
+		stat string
+		want bool
+	}{
+		{"42 (svc) S 1 42 42 0 -1 4194560 0 0 0 0", false},
+		{"42 (svc) S 1 42 42 0 -1 4194564 0 0 0 0", true}, // PF_EXITING
+		{"42 (a) b) (c) Z 1 42 42 0 -1 4194304 0", true},  // zombie; comm with ") ("
+		{"42 (svc) R 1", false},                           // truncated
+	} {
+		if got := exiting([]byte(tc.stat)); got != tc.want {
+			t.Errorf("exiting(%q) = %v, want %v", tc.stat, got, tc.want)
+		}
+	}
+	tmp := t.TempDir()
+	exe := filepath.Join(tmp, "exe")
+	if err := os.WriteFile(exe, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(tmp, "proc")
+	fakeProc(t, root, 9, exe)
+	if err := os.WriteFile(filepath.Join(root, "9", "stat"), []byte("9 (exe) S 1 9 9 0 -1 4194564 0 0 0 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTracker(root, nil)
+	defer tr.Close()
+	if p := tr.Get(9); !p.Exited || len(p.Mappings) != 1 {
+		t.Fatalf("exiting process read as exited %v with %d mappings, want exited with 1", p.Exited, len(p.Mappings))
+	}
+	tr.ForgetExited()
+	if tr.Len() != 0 {
+		t.Fatal("exiting process not forgotten after the report")
+	}
+}

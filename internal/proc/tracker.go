@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -364,6 +366,12 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		// live process without mappings.
 		p.Exited = true
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil && exiting(b) {
+		// Its exit may have been reported already, before this read (a
+		// sample handed over after the exit event): no exit will come to
+		// mark it, so it is marked now, its mappings kept.
+		p.Exited = true
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
 		p.Comm = strings.TrimSpace(string(b))
 	}
@@ -388,6 +396,29 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		}
 	}
 	return p, nil
+}
+
+// pfExiting is the kernel's PF_EXITING task flag: set by do_exit before
+// the exit tracepoint fires.
+const pfExiting = 0x4
+
+// exiting reports whether /proc/PID/stat text shows a process in do_exit
+// (PF_EXITING in its flags, the ninth field) or already a zombie.
+func exiting(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')') // comm may hold spaces and parentheses
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	// f[0] is the state (field 3), f[6] the flags (field 9).
+	if len(f) < 7 {
+		return false
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 var (
