@@ -41,42 +41,59 @@ func (t *Tracker) ExitMaps(pid uint32, at time.Time, exe string, ms []Mapping) {
 	if !ok || at.Before(p.execAt) {
 		return
 	}
-	np := *p
+	np, added, missing := p.withMappings(ms, func(m *Mapping) (*os.File, bool) {
+		if m.Anonymous() {
+			return nil, true
+		}
+		f, ok := t.shared(fileKey{dev: m.Dev, inode: m.Inode}, m.Path)
+		return f, ok
+	})
 	np.Exited = true
-	// The kernel's list of its code mappings at exit, unless one is left
-	// out below.
-	np.Partial = false
+	// The kernel's list of its code mappings at exit, unless one was left
+	// out for want of its file.
+	np.Partial = missing > 0
+	t.exitStats.NoFile += missing
 	if np.Exe == "" && strings.HasPrefix(exe, "/") {
 		np.Exe = exe // a process read too late to know it
 	}
-	np.Mappings = slices.Clone(p.Mappings)
-	np.Files = maps.Clone(p.Files)
-	if np.Files == nil {
-		np.Files = map[uint64]*os.File{}
-	}
-	added := 0
-	for _, m := range ms {
-		if overlaps(p.Mappings, m) {
-			continue
-		}
-		if !m.Anonymous() {
-			f, ok := t.shared(fileKey{dev: m.Dev, inode: m.Inode}, m.Path)
-			if !ok {
-				t.exitStats.NoFile++
-				np.Partial = true
-				continue
-			}
-			np.Files[m.Start] = f
-		}
-		np.Mappings = append(np.Mappings, m)
-		added++
-	}
 	if added > 0 {
-		sortMappings(np.Mappings)
 		t.exitStats.Processes++
 		t.exitStats.Mappings += added
 	}
-	t.procs[pid] = &np
+	t.procs[pid] = np
+}
+
+// withMappings returns a copy of p with the mappings of ms that overlap
+// none of p's added, sorted, each with the file fileOf gives (nil: none);
+// a mapping fileOf refuses is left out and counted in missing. p, its
+// mappings and its files stay as they were.
+func (p *Process) withMappings(ms []Mapping, fileOf func(*Mapping) (*os.File, bool)) (np *Process, added, missing int) {
+	c := *p
+	c.Mappings = slices.Clone(p.Mappings)
+	c.Files = maps.Clone(p.Files)
+	if c.Files == nil {
+		c.Files = map[uint64]*os.File{}
+	}
+	for i := range ms {
+		m := &ms[i]
+		if overlaps(p.Mappings, *m) {
+			continue
+		}
+		f, ok := fileOf(m)
+		if !ok {
+			missing++
+			continue
+		}
+		if f != nil {
+			c.Files[m.Start] = f
+		}
+		c.Mappings = append(c.Mappings, *m)
+		added++
+	}
+	if added > 0 {
+		sortMappings(c.Mappings)
+	}
+	return &c, added, missing
 }
 
 // ExitStats returns what exit captures added so far.

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,30 +186,19 @@ func (t *Tracker) Refresh(pid uint32, minAge time.Duration) *Process {
 		t.procs[pid] = &np
 		return &np
 	}
-	np.Mappings = slices.Clone(old.Mappings)
-	np.Files = maps.Clone(old.Files)
-	if np.Files == nil {
-		np.Files = map[uint64]*os.File{}
-	}
-	added := 0
-	for _, m := range cur.Mappings {
-		if overlaps(old.Mappings, m) {
-			continue
+	rp, added, _ := np.withMappings(cur.Mappings, func(m *Mapping) (*os.File, bool) {
+		f, ok := cur.Files[m.Start]
+		if ok {
+			delete(cur.Files, m.Start) // the new read's reference moves over
 		}
-		if f, ok := cur.Files[m.Start]; ok {
-			np.Files[m.Start] = f // the new read's reference moves over
-			delete(cur.Files, m.Start)
-		}
-		np.Mappings = append(np.Mappings, m)
-		added++
-	}
+		return f, true
+	})
 	t.release(cur) // references to files old already holds
 	if added > 0 {
-		sortMappings(np.Mappings)
 		t.refreshed++
 	}
-	t.procs[pid] = &np
-	return &np
+	t.procs[pid] = rp
+	return rp
 }
 
 // Refreshed counts the re-reads of Refresh that found new mappings.
