@@ -28,22 +28,8 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Set by the agent before load, as for the sampler. */
-volatile const __u32 self_tgid = 0;
-volatile const __u8 filter_pids = 0;
-
-/* Replaced at load by the sampler's ring and pid filter. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 * 1024 * 1024);
-} samples SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} pids SEC(".maps");
+/* The ring and pid filter, replaced at load by the sampler's. */
+#include "shared.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -99,16 +85,6 @@ static __always_inline void count(__u32 idx, __u64 n)
 	__u64 *v = bpf_map_lookup_elem(&exit_counters, &idx);
 	if (v)
 		*v += n;
-}
-
-/* The sampler's filter (sampler.bpf.c wanted()). */
-static __always_inline int wanted(__u32 tgid)
-{
-	if (tgid == 0 || tgid == self_tgid)
-		return 0;
-	if (filter_pids && !bpf_map_lookup_elem(&pids, &tgid))
-		return 0;
-	return 1;
 }
 
 static __always_inline void flag(__u32 tgid)

@@ -14,17 +14,11 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Set by the agent before load. */
-volatile const __u32 self_tgid = 0;
-volatile const __u8 filter_pids = 0;
+#include "shared.h"
+
 /* Set when the OTel instrumentation's traces_ctx_v1 map is pinned and
  * replaces the empty stand-in; otherwise its lookup is compiled out. */
 volatile const __u8 otel_map = 0;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 * 1024 * 1024);
-} samples SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -32,14 +26,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } counters SEC(".maps");
-
-/* Processes to sample when filter_pids is set. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u8);
-} pids SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -87,15 +73,6 @@ static __always_inline void count(__u32 idx)
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
 	if (v)
 		*v += 1;
-}
-
-static __always_inline int wanted(__u32 tgid)
-{
-	if (tgid == 0 || tgid == self_tgid)
-		return 0;
-	if (filter_pids && !bpf_map_lookup_elem(&pids, &tgid))
-		return 0;
-	return 1;
 }
 
 #include "golabels.h"
