@@ -173,11 +173,13 @@ func (b *builder) frames(pid uint32, kern, user []uint64) (out []profile.Frame, 
 		if i > 0 {
 			a--
 		}
-		if p.Find(a) == nil && !p.Exited && !b.refreshed[pid] {
+		m := p.Find(a)
+		if m == nil && !p.Exited && !b.refreshed[pid] {
 			b.refreshed[pid] = true
 			p = b.opts.Tracker.Refresh(pid, refreshAge)
+			m = p.Find(a)
 		}
-		if i > 0 && p.Find(a) == nil && !p.Partial && len(p.Mappings) > 0 && !b.perfMapped(pid, a) {
+		if m == nil && i > 0 && !p.Partial && len(p.Mappings) > 0 && !b.perfMapped(pid, a) {
 			return out, true
 		}
 		out = append(out, b.userFrame(p, a)...)
