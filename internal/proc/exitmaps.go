@@ -91,7 +91,7 @@ func (p *Process) withMappings(ms []Mapping, fileOf func(*Mapping) (*os.File, bo
 		added++
 	}
 	if added > 0 {
-		sortMappings(c.Mappings)
+		SortMappings(c.Mappings)
 	}
 	return &c, added, missing
 }
@@ -103,8 +103,8 @@ func (t *Tracker) ExitStats() ExitStats {
 	return t.exitStats
 }
 
-// sortMappings sorts ms by start, as Process.Find expects.
-func sortMappings(ms []Mapping) {
+// SortMappings sorts ms by start, as Process.Find expects.
+func SortMappings(ms []Mapping) {
 	slices.SortFunc(ms, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 }
 

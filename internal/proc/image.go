@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 )
 
 // Image is where an exec put the new program, as the kernel reports it at
@@ -74,7 +73,7 @@ func (t *Tracker) synthesize(pid uint32, img *Image) (*Process, error) {
 			}
 		}
 	}
-	sort.Slice(p.Mappings, func(i, j int) bool { return p.Mappings[i].Start < p.Mappings[j].Start })
+	SortMappings(p.Mappings)
 	return p, nil
 }
 

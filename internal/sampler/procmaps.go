@@ -67,15 +67,7 @@ func (d *decoder) procMaps(raw []byte) (*ProcEvent, error) {
 		pe.Maps = append(pe.Maps, m)
 		pos = (end + 7) &^ 7
 	}
-	slices.SortFunc(pe.Maps, func(a, b proc.Mapping) int {
-		switch {
-		case a.Start < b.Start:
-			return -1
-		case a.Start > b.Start:
-			return 1
-		}
-		return 0
-	})
+	proc.SortMappings(pe.Maps)
 	return pe, nil
 }
 
