@@ -41,7 +41,12 @@ func (s *Sampler) Run() {
 
 // ready is what ends a wait: records to read, or Stop.
 func (s *Sampler) ready() bool {
-	return s.reader.AvailableBytes() > 0 || s.detached.Load()
+	if s.detached.Load() {
+		return true
+	}
+	s.readerMu.Lock()
+	defer s.readerMu.Unlock()
+	return s.readerClosed || s.reader.AvailableBytes() > 0
 }
 
 // drain decodes and queues what the ring holds now. It returns false once

@@ -90,6 +90,11 @@ type Sampler struct {
 	queueDrops  atomic.Uint64
 	decodeDrops atomic.Uint64
 	closeOnce   sync.Once
+	// readerMu orders Close's closing of the reader after a wait's
+	// AvailableBytes, which the reader does not guard itself; readerClosed
+	// is set under it.
+	readerMu     sync.Mutex
+	readerClosed bool
 }
 
 // New loads and attaches the programs. It returns user-facing errors for
@@ -296,7 +301,10 @@ func (s *Sampler) Close() error {
 	s.closeOnce.Do(func() {
 		s.Stop()
 		if s.reader != nil {
+			s.readerMu.Lock()
+			s.readerClosed = true
 			_ = s.reader.Close()
+			s.readerMu.Unlock()
 		}
 		s.ring.close()
 		for _, fd := range s.perf {
