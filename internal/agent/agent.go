@@ -89,6 +89,8 @@ type Agent struct {
 	execs     map[string]bool
 	match     map[uint32]bool // pid → wanted, for the executable filter
 	stopping  atomic.Bool
+	// retained is how many processes the last report left tracked.
+	retained atomic.Int64
 	// metricsAddr is where /metrics listens once Run started.
 	metricsAddr atomic.Pointer[string]
 }
@@ -180,6 +182,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 				Name: "spanprof_processes_tracked",
 				Help: "Processes whose mappings the agent holds.",
 			}, func() float64 { return float64(a.tracker.Len()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "spanprof_processes_retained",
+				Help: "Processes still tracked after the last report dropped the exited ones: the floor under spanprof_processes_tracked, which climbs between reports with every process that starts.",
+			}, func() float64 { return float64(a.retained.Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_samples_collected_total",
 				Help: "Samples that reached the collector from the sampler.",
@@ -344,6 +350,7 @@ func (a *Agent) report() {
 	}
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
 	a.tracker.ForgetExited()
+	a.retained.Store(int64(a.tracker.Len()))
 	if a.corr != nil {
 		a.corr.ForgetExited()
 	}

@@ -186,6 +186,7 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 		`spanprof_sample_errors_total{reason="user_stack_error"} 2`,
 		`spanprof_exit_mappings_missing_total{reason="exit_vmas_dropped"} 4`,
 		"spanprof_processes_tracked 1",
+		"spanprof_processes_retained 1",
 		"spanprof_samples_collected_total 36",
 		`spanprof_export_requests_total{endpoint="` + col.addr + `",result="success"}`,
 		`spanprof_export_queue_length{endpoint="` + col.addr + `"} 0`,
