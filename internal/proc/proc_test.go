@@ -1,7 +1,9 @@
 package proc
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,6 +41,52 @@ func TestParseMaps(t *testing.T) {
 	}
 	if _, err := ParseMaps(strings.NewReader("garbage\n")); err == nil {
 		t.Error("garbage maps parsed without error")
+	}
+}
+
+// TestParseMapsAllocations: under churn the tracker reads thousands of maps
+// a second, mostly data lines; only the executable mappings kept may
+// allocate.
+func TestParseMapsAllocations(t *testing.T) {
+	var text strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&text, "%x-%x rw-p 00000000 fe:01 77 /usr/lib/libdata.so\n", 0x7f0000000000+i*0x2000, 0x7f0000001000+i*0x2000)
+	}
+	text.WriteString("55d0c0a02000-55d0c0a05000 r-xp 00002000 fe:01 1234   /usr/bin/demo\n")
+	b := []byte(text.String())
+	allocs := testing.AllocsPerRun(20, func() {
+		ms, err := parseMaps(b)
+		if err != nil || len(ms) != 1 || ms[0].Path != "/usr/bin/demo" || ms[0].Dev != "fe:01" {
+			t.Fatalf("parseMaps = %+v, %v", ms, err)
+		}
+	})
+	// The result slice, the device and the path.
+	if allocs > 3 {
+		t.Errorf("parseMaps of 200 data lines and one code line: %.0f allocations, want at most 3", allocs)
+	}
+}
+
+// TestTrackerReadsLargeProcFiles: procfs files larger than the reused
+// buffer are read whole.
+func TestTrackerReadsLargeProcFiles(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "42")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var maps strings.Builder
+	for i := range 2000 { // about 130 KB
+		fmt.Fprintf(&maps, "%x-%x r-xp 00000000 00:00 0 \n", 0x7f0000000000+i*0x2000, 0x7f0000001000+i*0x2000)
+	}
+	env := strings.Repeat("FILLER=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\x00", 1000) + "OTEL_SERVICE_NAME=checkout\x00"
+	for name, text := range map[string]string{"maps": maps.String(), "environ": env, "comm": "svc\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := NewTracker(root, nil).Get(42)
+	if len(p.Mappings) != 2000 || p.Comm != "svc" || p.Env["OTEL_SERVICE_NAME"] != "checkout" {
+		t.Fatalf("read %d mappings, comm %q, env %v; want 2000, svc, checkout", len(p.Mappings), p.Comm, p.Env)
 	}
 }
 

@@ -3,6 +3,7 @@ package proc
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -79,6 +80,10 @@ type Tracker struct {
 	synthesized int
 	refreshed   int
 	exitStats   ExitStats
+	// buf holds one procfs file at a time while read parses it (under
+	// mu): thousands of processes a second are read under churn, and
+	// only what is kept of them should allocate.
+	buf []byte
 }
 
 // fileKey names a file by the device and inode /proc/PID/maps shows. While
@@ -335,12 +340,11 @@ func (t *Tracker) share(key fileKey, fh *os.File) bool {
 
 func (t *Tracker) read(pid uint32) (*Process, error) {
 	dir := filepath.Join(t.root, fmt.Sprint(pid))
-	f, err := os.Open(filepath.Join(dir, "maps"))
+	b, err := t.readFile(filepath.Join(dir, "maps"))
 	if err != nil {
-		return nil, fmt.Errorf("open maps: %w", err)
+		return nil, fmt.Errorf("read maps: %w", err)
 	}
-	ms, err := ParseMaps(f)
-	f.Close()
+	ms, err := parseMaps(b)
 	if err != nil {
 		return nil, err
 	}
@@ -353,19 +357,19 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		// live process without mappings.
 		p.Exited = true
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil && exiting(b) {
+	if b, err := t.readFile(filepath.Join(dir, "stat")); err == nil && exiting(b) {
 		// Its exit may have been reported already, before this read (a
 		// sample handed over after the exit event): no exit will come to
 		// mark it, so it is marked now, its mappings kept.
 		p.Exited = true
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "comm")); err == nil {
-		p.Comm = strings.TrimSpace(string(b))
+	if b, err := t.readFile(filepath.Join(dir, "comm")); err == nil {
+		p.Comm = string(bytes.TrimSpace(b))
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+	if b, err := t.readFile(filepath.Join(dir, "cgroup")); err == nil {
 		p.ContainerID, p.PodUID = ParseCgroup(string(b))
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+	if b, err := t.readFile(filepath.Join(dir, "environ")); err == nil {
 		p.Env = parseEnviron(b, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
 	}
 	// Open each file once through map_files, which works for deleted and
@@ -383,6 +387,45 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		}
 	}
 	return p, nil
+}
+
+// maxProcFile bounds what readFile takes of one procfs file: the maps of
+// the largest processes run to megabytes, an environment to 2 MiB.
+const maxProcFile = 64 << 20
+
+// readFile reads a procfs file into t.buf, which the next call reuses.
+// Callers hold t.mu.
+func (t *Tracker) readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if t.buf == nil {
+		t.buf = make([]byte, 0, 16<<10)
+	}
+	b := t.buf[:0]
+	for {
+		if len(b) == cap(b) {
+			if len(b) >= maxProcFile {
+				return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxProcFile)
+			}
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := f.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF || (err == nil && n == 0) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	// A buffer grown for one huge process is not kept for the next.
+	if cap(b) <= 1<<20 {
+		t.buf = b[:0]
+	}
+	return b, nil
 }
 
 // pfExiting is the kernel's PF_EXITING task flag: set by do_exit before
@@ -435,14 +478,16 @@ func ParseCgroup(text string) (containerID, podUID string) {
 
 func parseEnviron(b []byte, keys ...string) map[string]string {
 	out := map[string]string{}
-	for _, kv := range strings.Split(string(b), "\x00") {
-		k, v, ok := strings.Cut(kv, "=")
+	for len(b) > 0 {
+		var kv []byte
+		kv, b, _ = bytes.Cut(b, []byte{0})
+		k, v, ok := bytes.Cut(kv, []byte{'='})
 		if !ok {
 			continue
 		}
 		for _, want := range keys {
-			if k == want {
-				out[k] = v
+			if string(k) == want {
+				out[want] = string(v)
 			}
 		}
 	}

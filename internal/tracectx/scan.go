@@ -303,18 +303,22 @@ func statExe(pid int) (dev string, ino uint64, err error) {
 
 func serviceNameFromEnv(env []byte) string {
 	var fromAttrs string
-	for _, kv := range bytes.Split(env, []byte{0}) {
-		k, v, ok := strings.Cut(string(kv), "=")
+	// Only the two variables read are copied out of env: an environment
+	// holds hundreds, and every new process is scanned.
+	for len(env) > 0 {
+		var kv []byte
+		kv, env, _ = bytes.Cut(env, []byte{0})
+		k, v, ok := bytes.Cut(kv, []byte{'='})
 		if !ok {
 			continue
 		}
-		switch k {
+		switch string(k) {
 		case "OTEL_SERVICE_NAME":
-			if v != "" {
-				return v
+			if len(v) > 0 {
+				return string(v)
 			}
 		case "OTEL_RESOURCE_ATTRIBUTES":
-			for _, a := range strings.Split(v, ",") {
+			for _, a := range strings.Split(string(v), ",") {
 				if ak, av, ok := strings.Cut(strings.TrimSpace(a), "="); ok && ak == "service.name" {
 					fromAttrs = av
 				}
