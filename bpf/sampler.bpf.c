@@ -202,14 +202,33 @@ struct user_ctx {
 	__u32 snap_len;
 };
 
+/* mark_pre_exec flags a sample of a task inside execve whose saved user
+ * registers are still those of the image it ran before: until start_thread
+ * sets the new ones, with the stack pointer at the new mm's start_stack,
+ * they point into the old image (the parent's, for a vfork or posix_spawn
+ * child), although the mm and the name may be the new ones already. User
+ * space symbolizes such a sample against the image before the exec, which
+ * for a vfork child is its parent's: hence the parent's tgid. */
+static __always_inline void mark_pre_exec(struct stack_sample *s, struct task_struct *task,
+					  struct mm_struct *mm)
+{
+	if (!BPF_CORE_READ_BITFIELD(task, in_execve) || s->user_sp == mm->start_stack)
+		return;
+	s->flags |= SAMPLE_PRE_EXEC;
+	s->parent_pid = task->real_parent->tgid;
+}
+
 /* task_user_regs fills s's user registers from the task's saved user
- * context; returns 0 for kernel threads. */
+ * context, the way to them when the task is in the kernel (a tick that
+ * interrupted kernel code, a switch-out), and flags those taken inside an
+ * exec; returns 0 for kernel threads. */
 static __always_inline int task_user_regs(struct stack_sample *s, struct task_struct *task,
 					  struct user_ctx *u)
 {
+	struct mm_struct *mm = task->mm;
 	struct pt_regs *regs;
 
-	if (!task->mm)
+	if (!mm)
 		return 0; /* kernel thread */
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
@@ -218,6 +237,7 @@ static __always_inline int task_user_regs(struct stack_sample *s, struct task_st
 	s->user_sp = regs->sp;
 	s->user_bp = regs->bp;
 	u->cs = regs->cs;
+	mark_pre_exec(s, task, mm);
 	return 1;
 }
 
@@ -278,8 +298,8 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->kind = kind;
 	s->ctx_source = CTX_NONE;
 	s->state = state;
-	s->pad0 = 0;
-	s->pad1 = 0;
+	s->flags = 0;
+	s->parent_pid = 0;
 	s->user_ip = 0;
 	s->user_sp = 0;
 	s->user_bp = 0;
@@ -644,6 +664,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 
 /* Referenced so the enums reach BTF and bpf2go can emit them for Go. */
 const enum sample_kind *unused_sample_kind __attribute__((unused));
+const enum sample_flag *unused_sample_flag __attribute__((unused));
 const enum ctx_source *unused_ctx_source __attribute__((unused));
 const enum drop_counter *unused_drop_counter __attribute__((unused));
 const enum proc_event_kind *unused_proc_event_kind __attribute__((unused));

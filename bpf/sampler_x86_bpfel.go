@@ -108,6 +108,12 @@ type SamplerProcLifecycle struct {
 	Path       [256]int8
 }
 
+type SamplerSampleFlag uint32
+
+const (
+	SamplerSampleFlagSAMPLE_PRE_EXEC SamplerSampleFlag = 1
+)
+
 type SamplerSampleKind uint32
 
 const (
@@ -125,7 +131,7 @@ type SamplerStackSample struct {
 	Kind        uint8
 	CtxSource   uint8
 	State       uint8
-	Pad0        uint8
+	Flags       uint8
 	Comm        [16]int8
 	TraceId     [16]uint8
 	SpanId      [8]uint8
@@ -135,7 +141,7 @@ type SamplerStackSample struct {
 	UserFrames  int32
 	KernFrames  int32
 	StackTopLen uint32
-	Pad1        uint32
+	ParentPid   uint32
 	StackTop    [128]uint8
 	Frames      [191]uint64
 }
@@ -190,6 +196,7 @@ const (
 	SamplerVarUnusedGoLabelLayout = "unused_go_label_layout"
 	SamplerVarUnusedProcEventKind = "unused_proc_event_kind"
 	SamplerVarUnusedProcLifecycle = "unused_proc_lifecycle"
+	SamplerVarUnusedSampleFlag    = "unused_sample_flag"
 	SamplerVarUnusedSampleKind    = "unused_sample_kind"
 	SamplerVarUnusedStackSample   = "unused_stack_sample"
 	SamplerVarUnusedTlsKind       = "unused_tls_kind"
@@ -275,6 +282,7 @@ type SamplerVariableSpecs struct {
 	UnusedGoLabelLayout *ebpf.VariableSpec `ebpf:"unused_go_label_layout"`
 	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedProcLifecycle *ebpf.VariableSpec `ebpf:"unused_proc_lifecycle"`
+	UnusedSampleFlag    *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
 	UnusedSampleKind    *ebpf.VariableSpec `ebpf:"unused_sample_kind"`
 	UnusedStackSample   *ebpf.VariableSpec `ebpf:"unused_stack_sample"`
 	UnusedTlsKind       *ebpf.VariableSpec `ebpf:"unused_tls_kind"`
@@ -342,6 +350,7 @@ type SamplerVariables struct {
 	UnusedGoLabelLayout *ebpf.Variable `ebpf:"unused_go_label_layout"`
 	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedProcLifecycle *ebpf.Variable `ebpf:"unused_proc_lifecycle"`
+	UnusedSampleFlag    *ebpf.Variable `ebpf:"unused_sample_flag"`
 	UnusedSampleKind    *ebpf.Variable `ebpf:"unused_sample_kind"`
 	UnusedStackSample   *ebpf.Variable `ebpf:"unused_stack_sample"`
 	UnusedTlsKind       *ebpf.Variable `ebpf:"unused_tls_kind"`

@@ -20,6 +20,14 @@ enum sample_kind {
 	SAMPLE_OFF_CPU = 1,
 };
 
+/* Bits of stack_sample.flags. */
+enum sample_flag {
+	/* Taken inside execve before the new image's registers were set:
+	 * the user registers and stack are the image the process ran before
+	 * the exec (for a vfork or posix_spawn child, its parent's). */
+	SAMPLE_PRE_EXEC = 1,
+};
+
 /* Where the trace context of a sample came from. */
 enum ctx_source {
 	CTX_NONE = 0,
@@ -111,7 +119,7 @@ struct stack_sample {
 	__u8 kind;          /* enum sample_kind */
 	__u8 ctx_source;    /* enum ctx_source */
 	__u8 state;         /* off-CPU: 'S' or 'D' */
-	__u8 pad0;
+	__u8 flags;         /* enum sample_flag */
 	char comm[TASK_COMM_LEN];
 	__u8 trace_id[16];
 	__u8 span_id[8];
@@ -122,7 +130,7 @@ struct stack_sample {
 	__s32 user_frames;  /* count, or negative errno */
 	__s32 kern_frames;  /* count, or negative errno */
 	__u32 stack_top_len;
-	__u32 pad1;
+	__u32 parent_pid;   /* SAMPLE_PRE_EXEC: the parent's tgid, 0 otherwise */
 	__u8 stack_top[STACK_TOP_BYTES];
 	/* user_frames user addresses, then kern_frames kernel addresses.
 	 * The record sent is cut after the last one used: writing the whole
