@@ -32,6 +32,13 @@ type Record struct {
 	UserStack, KernStack []uint64
 	// UserErr and KernErr are the kernel's errno when a walk failed.
 	UserErr, KernErr int32
+	// PreExec: the sample was taken inside an exec before the new image's
+	// registers were set, so its user registers and stack belong to the
+	// image the process ran before (its parent's, for a vfork or
+	// posix_spawn child), whatever its name and mappings are by now.
+	// ParentPID is then the parent's pid, 0 otherwise.
+	PreExec   bool
+	ParentPID uint32
 }
 
 // ProcEvent reports an exec or the exit of a whole process.
@@ -130,6 +137,8 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 		UserIP:    s.UserIp,
 		UserSP:    s.UserSp,
 		UserBP:    s.UserBp,
+		PreExec:   s.Flags&uint8(bpf.SamplerSampleFlagSAMPLE_PRE_EXEC) != 0,
+		ParentPID: s.ParentPid,
 	}}
 	r := &a.Record
 	r.Time = d.conv.Time(r.KTime)

@@ -35,6 +35,14 @@ func TestDecodeCompactRecord(t *testing.T) {
 	if r.Link.TraceID[0] != 0xab || r.Link.SpanID[7] != 0xcd || len(r.StackTop) != 16 {
 		t.Fatalf("link %+v, stack top %d bytes", r.Link, len(r.StackTop))
 	}
+	if r.PreExec || r.ParentPID != 0 {
+		t.Fatalf("plain sample decoded as pre-exec (parent %d)", r.ParentPID)
+	}
+	pre := s
+	pre.Flags, pre.ParentPid = uint8(bpf.SamplerSampleFlagSAMPLE_PRE_EXEC), 9
+	if r, _, err := d.decode(encode(&pre, 3, 2)); err != nil || !r.PreExec || r.ParentPID != 9 || r.PID != 10 {
+		t.Fatalf("pre-exec sample decoded as %+v, err %v", r, err)
+	}
 
 	tests := []struct {
 		name string
