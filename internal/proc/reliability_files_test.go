@@ -84,9 +84,10 @@ func TestReliabilityChurnSharesFiles(t *testing.T) {
 	}
 }
 
-// TestReliabilityExecReleasesFiles: an exec drops the old image's handles
-// and reads the new image at once; a second report of the same exec
-// changes nothing.
+// TestReliabilityExecReleasesFiles: an exec reads the new image at once
+// and keeps the old one (for the samples taken inside the exec) until the
+// second ForgetExited after it, which drops its handles; a second report
+// of the same exec changes nothing.
 func TestReliabilityExecReleasesFiles(t *testing.T) {
 	tmp := t.TempDir()
 	exe := filepath.Join(tmp, "exe")
@@ -115,8 +116,16 @@ func TestReliabilityExecReleasesFiles(t *testing.T) {
 	}
 	fakeProc(t, root, 8, exe2)
 	tr.Exec(8, time.Now(), nil)
+	if got := tr.OpenFiles(); got != 2 {
+		t.Fatalf("%d handles after both execs, want 2 (exe2 shared, exe kept as the image before)", got)
+	}
+	tr.ForgetExited()
+	if got := tr.OpenFiles(); got != 2 {
+		t.Fatalf("%d handles after the report following the execs, want 2", got)
+	}
+	tr.ForgetExited()
 	if got := tr.OpenFiles(); got != 1 {
-		t.Fatalf("%d handles after both execs, want 1 (exe2 shared)", got)
+		t.Fatalf("%d handles after the second report, want 1 (exe2 shared)", got)
 	}
 }
 

@@ -24,6 +24,12 @@ type Process struct {
 	// predates the tracker), to tell mappings captured at the exit of an
 	// earlier process of the same pid.
 	execAt time.Time
+	// before is the image that exec replaced, when the process was read
+	// before it: samples taken inside the exec still run there, and reach
+	// the collector after the exec event that replaced it (see Before).
+	// Owned by the entry in the table; released with it, or at the second
+	// ForgetExited after the exec.
+	before *Process
 
 	PID      uint32
 	Exe      string // path of the executable as the process sees it
@@ -84,6 +90,8 @@ type Tracker struct {
 	// mu): thousands of processes a second are read under churn, and
 	// only what is kept of them should allocate.
 	buf []byte
+	// forgotAt is the time of the last ForgetExited.
+	forgotAt time.Time
 }
 
 // fileKey names a file by the device and inode /proc/PID/maps shows. While
@@ -111,6 +119,11 @@ func NewTracker(procRoot string, log *slog.Logger) *Tracker {
 func (t *Tracker) Get(pid uint32) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.get(pid)
+}
+
+// get is Get for callers holding t.mu.
+func (t *Tracker) get(pid uint32) *Process {
 	if p, ok := t.procs[pid]; ok {
 		return p
 	}
@@ -129,16 +142,23 @@ func (t *Tracker) Get(pid uint32) *Process {
 // short-lived process must be read before it is gone. A process already
 // read after at is kept, so a second report of one exec costs nothing.
 // When it is gone already, img (the exec's image, may be nil) still places
-// its executable and dynamic loader.
+// its executable and dynamic loader. The image replaced is kept for the
+// samples taken inside the exec (Before).
 func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var before *Process
 	if p, ok := t.procs[pid]; ok {
 		if !p.readAt.IsZero() && !p.readAt.Before(at) {
 			return
 		}
-		t.release(p)
 		delete(t.procs, pid)
+		t.releaseBefore(p)
+		if p.Exited {
+			t.release(p) // an earlier process of the same pid
+		} else {
+			before = p
+		}
 	}
 	p, err := t.read(pid)
 	if err == nil && p.Exited && len(p.Mappings) == 0 {
@@ -159,7 +179,75 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	}
 	p.readAt = time.Now()
 	p.execAt = at
+	p.before = before
 	t.procs[pid] = p
+}
+
+// Before returns the image process pid ran at time at, a moment inside an
+// exec before the new image's registers were set (a sample flagged
+// pre-exec, whose user registers and stack are still that image's): the
+// process as read before that exec, kept by Exec when the exec was
+// reported already; else its parent's, whose address space a vfork or
+// posix_spawn child runs in until its exec, and which a forked child
+// copied. pid itself is not read: procfs shows its new image by now, or
+// none. Nil when neither is known. The result is the tracker's: Pin it to
+// keep it past a report.
+func (t *Tracker) Before(pid, parent uint32, at time.Time) *Process {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// An entry read after at may hold the new image already.
+	if p := imageAt(t.procs[pid], at); p != nil && !p.Exited && p.readAt.Before(at) {
+		return p
+	}
+	if parent == 0 || parent == pid {
+		return nil
+	}
+	// The parent is read at first sight, like the process of any sample:
+	// it is the same image then, unless it exec'd since.
+	if p := imageAt(t.get(parent), at); p != nil && len(p.Mappings) > 0 {
+		return p
+	}
+	return nil
+}
+
+// imageAt returns the image of the table's entry p at time at: p, or the
+// image its latest exec replaced when that exec came after at; nil when
+// unknown.
+func imageAt(p *Process, at time.Time) *Process {
+	if p != nil && p.execAt.After(at) {
+		return p.before
+	}
+	return p
+}
+
+// Pin returns a copy of p holding references of its own to p's files, so
+// that it stays readable whatever becomes of p (replaced by an exec, its
+// exit forgotten) until Unpin. Files p no longer holds are opened by path.
+func (t *Tracker) Pin(p *Process) *Process {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := *p
+	c.before = nil // the table's entry owns it
+	c.Files = make(map[uint64]*os.File, len(p.Files))
+	for start, f := range p.Files {
+		if k, ok := t.keys[f]; ok {
+			t.files[k].refs++
+			c.Files[start] = f
+		} else if fd, err := syscall.Dup(int(f.Fd())); err == nil {
+			// A handle of this process alone (not the mapped inode's):
+			// unref closes it, so the copy gets its own.
+			syscall.CloseOnExec(fd)
+			c.Files[start] = os.NewFile(uintptr(fd), f.Name())
+		}
+	}
+	return &c
+}
+
+// Unpin releases a copy Pin returned.
+func (t *Tracker) Unpin(p *Process) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.release(p)
 }
 
 // Refresh re-reads the mappings of pid, a live process read at least
@@ -231,8 +319,9 @@ func (t *Tracker) Exit(pid uint32) {
 	}
 }
 
-// ForgetExited drops exited processes, closing their files. The agent calls
-// it after each report.
+// ForgetExited drops exited processes, closing their files, and the images
+// replaced by execs before the previous call: their samples were added
+// long since (Before). The agent calls it after each report.
 func (t *Tracker) ForgetExited() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -240,8 +329,11 @@ func (t *Tracker) ForgetExited() {
 		if p.Exited {
 			t.release(p)
 			delete(t.procs, pid)
+		} else if p.before != nil && p.execAt.Before(t.forgotAt) {
+			t.releaseBefore(p)
 		}
 	}
+	t.forgotAt = time.Now()
 }
 
 // Len returns the number of processes tracked.
@@ -262,12 +354,21 @@ func (t *Tracker) Close() {
 }
 
 // release drops p's references to its files, closing those no other
-// process maps. Callers hold t.mu.
+// process maps, and the image before p's exec. Callers hold t.mu.
 func (t *Tracker) release(p *Process) {
 	for _, f := range p.Files {
 		t.unref(f)
 	}
 	p.Files = nil
+	t.releaseBefore(p)
+}
+
+// releaseBefore releases the image p's exec replaced. Callers hold t.mu.
+func (t *Tracker) releaseBefore(p *Process) {
+	if p.before != nil {
+		t.release(p.before)
+		p.before = nil
+	}
 }
 
 func (t *Tracker) unref(f *os.File) {

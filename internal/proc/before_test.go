@@ -1,0 +1,79 @@
+package proc
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestBeforeExec: a sample taken inside an exec is placed in the image the
+// process was read with before the exec, also once the exec replaced it;
+// a process not read before (a fresh vfork child), or read only after the
+// sample, takes its parent's image.
+func TestBeforeExec(t *testing.T) {
+	tmp := t.TempDir()
+	old, exe, parent := filepath.Join(tmp, "old"), filepath.Join(tmp, "new"), filepath.Join(tmp, "parent")
+	for _, f := range []string{old, exe, parent} {
+		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(tmp, "proc")
+	fakeProc(t, root, 7, old)
+	fakeProc(t, root, 8, parent)
+	tr := NewTracker(root, nil)
+	defer tr.Close()
+	tr.Get(7)
+	tr.Get(8)
+	inExec := time.Now() // the sample, inside pid 7's exec
+	time.Sleep(time.Millisecond)
+
+	exePath := func(p *Process) string {
+		if p == nil || len(p.Mappings) == 0 {
+			return "<nil>"
+		}
+		return p.Mappings[0].Path
+	}
+	if got := exePath(tr.Before(7, 8, inExec)); got != old {
+		t.Errorf("before the exec event: image %s, want %s", got, old)
+	}
+	fakeProc(t, root, 7, exe)
+	tr.Exec(7, time.Now(), nil) // reported after the sample
+	if got := exePath(tr.Get(7)); got != exe {
+		t.Fatalf("after the exec: %s, want %s", got, exe)
+	}
+	if got := exePath(tr.Before(7, 8, inExec)); got != old {
+		t.Errorf("after the exec event: image %s, want %s (the one the exec replaced)", got, old)
+	}
+	if got := exePath(tr.Before(9, 8, inExec)); got != parent {
+		t.Errorf("process never read: image %s, want the parent's %s", got, parent)
+	}
+	fakeProc(t, root, 10, exe)
+	tr.Get(10) // read after the sample: maybe the new image already
+	if got := exePath(tr.Before(10, 8, inExec)); got != parent {
+		t.Errorf("process read after the sample: image %s, want the parent's %s", got, parent)
+	}
+	if p := tr.Before(11, 12, inExec); p != nil {
+		t.Errorf("neither process nor parent known: %+v", p)
+	}
+
+	// A pinned image stays readable after the tracker let it go.
+	pinned := tr.Pin(tr.Before(7, 8, inExec))
+	tr.ForgetExited()
+	tr.ForgetExited() // the image before pid 7's exec goes
+	if p := tr.Before(7, 0, inExec); p != nil {
+		t.Errorf("image before the exec still kept after two reports: %s", exePath(p))
+	}
+	if _, err := os.ReadFile(pinned.OpenPath(&pinned.Mappings[0])); err != nil {
+		t.Fatalf("pinned image's file: %v", err)
+	}
+	if _, held := pinned.Files[pinned.Mappings[0].Start]; !held {
+		t.Fatal("pinned image holds no handle of its own")
+	}
+	n := tr.OpenFiles()
+	tr.Unpin(pinned)
+	if got := tr.OpenFiles(); got != n-1 {
+		t.Fatalf("%d handles after Unpin, want %d (the old executable's closed)", got, n-1)
+	}
+}
