@@ -20,20 +20,27 @@ type builder struct {
 	// refreshed: processes re-read in this batch for an address in none
 	// of their mappings.
 	refreshed map[uint32]bool
+	// pinned are the images pinned for samples taken inside an exec.
+	pinned map[*proc.Process]bool
 }
 
 // refreshAge is how long a live process's mappings are trusted before an
 // address outside them makes the tracker read them again.
 const refreshAge = 10 * time.Second
 
+// mapKey and addrKey name a process's mapping and address. pinned is the
+// image a sample taken inside an exec was pinned to (Collector.Add), nil
+// for the process's own: the same pid's addresses mean other code there.
 type mapKey struct {
-	pid   uint32
-	start uint64
+	pid    uint32
+	pinned *proc.Process
+	start  uint64
 }
 
 type addrKey struct {
-	pid  uint32 // 0 for kernel addresses
-	addr uint64
+	pid    uint32 // 0 for kernel addresses
+	pinned *proc.Process
+	addr   uint64
 }
 
 func newBuilder(opts Options) *builder {
@@ -44,7 +51,17 @@ func newBuilder(opts Options) *builder {
 		kernel:   &profile.Mapping{Path: "[kernel.kallsyms]", Kernel: true},
 
 		refreshed: map[uint32]bool{},
+		pinned:    map[*proc.Process]bool{},
 	}
+}
+
+// pinnedKey is p when it is an image pinned for samples taken inside an
+// exec, nil when it is the tracker's process.
+func (b *builder) pinnedKey(p *proc.Process) *proc.Process {
+	if b.pinned[p] {
+		return p
+	}
+	return nil
 }
 
 // emit symbolizes each distinct stack once, then hands every sample to
@@ -59,14 +76,21 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 	// Symbolize first, while only the kept samples are live: reading
 	// debug info for the first time is a burst of garbage.
 	b := newBuilder(opts)
+	for _, p := range k.images {
+		b.pinned[p] = true
+	}
 	built := make([]builtStack, k.stacks.len())
 	var buf []uint64
 	for id := range built {
-		pid, kern, user := k.stacks.stack(uint32(id), &buf)
+		pid, image, kern, user := k.stacks.stack(uint32(id), &buf)
 		if _, ok := prof.Processes[pid]; !ok {
 			prof.Processes[pid] = b.process(pid)
 		}
-		frames, cut := b.frames(pid, kern, user)
+		var img *proc.Process
+		if image != 0 {
+			img = k.images[image-1]
+		}
+		frames, cut := b.frames(pid, img, kern, user)
 		trimmed := trimTracing(frames)
 		built[id] = builtStack{pid: pid, frames: frames, trimmed: trimmed, reason: WaitReason(trimmed), cut: cut}
 	}
@@ -160,7 +184,10 @@ func (b *builder) process(pid uint32) *profile.Process {
 // without), and every frame after it was read from wherever that register
 // pointed. The stack ends there and cut reports it. A live process is
 // first read again, since it may have mapped a library since (dlopen).
-func (b *builder) frames(pid uint32, kern, user []uint64) (out []profile.Frame, cut bool) {
+//
+// The user frames are those of img when it is set: the image pinned for a
+// sample taken inside an exec, which is what it was (no re-read).
+func (b *builder) frames(pid uint32, img *proc.Process, kern, user []uint64) (out []profile.Frame, cut bool) {
 	out = make([]profile.Frame, 0, len(kern)+len(user))
 	for i, a := range kern {
 		if i > 0 {
@@ -168,18 +195,21 @@ func (b *builder) frames(pid uint32, kern, user []uint64) (out []profile.Frame, 
 		}
 		out = append(out, b.kernelFrame(a)...)
 	}
-	p := b.opts.Tracker.Get(pid)
+	p := img
+	if p == nil {
+		p = b.opts.Tracker.Get(pid)
+	}
 	for i, a := range user {
 		if i > 0 {
 			a--
 		}
 		m := p.Find(a)
-		if m == nil && !p.Exited && !b.refreshed[pid] {
+		if m == nil && img == nil && !p.Exited && !b.refreshed[pid] {
 			b.refreshed[pid] = true
 			p = b.opts.Tracker.Refresh(pid, refreshAge)
 			m = p.Find(a)
 		}
-		if m == nil && i > 0 && !p.Partial && len(p.Mappings) > 0 && !b.perfMapped(pid, a) {
+		if m == nil && i > 0 && !p.Partial && len(p.Mappings) > 0 && !b.perfMapped(p.PID, a) {
 			return out, true
 		}
 		out = append(out, b.userFrame(p, a)...)
@@ -198,7 +228,7 @@ func (b *builder) perfMapped(pid uint32, addr uint64) bool {
 }
 
 func (b *builder) kernelFrame(addr uint64) []profile.Frame {
-	k := addrKey{0, addr}
+	k := addrKey{addr: addr}
 	if f, ok := b.cache[k]; ok {
 		return f
 	}
@@ -213,7 +243,7 @@ func (b *builder) kernelFrame(addr uint64) []profile.Frame {
 }
 
 func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
-	k := addrKey{p.PID, addr}
+	k := addrKey{p.PID, b.pinnedKey(p), addr}
 	if f, ok := b.cache[k]; ok {
 		return f
 	}
@@ -294,7 +324,7 @@ func (b *builder) addressFrame(p *proc.Process, m *proc.Mapping, addr uint64) pr
 }
 
 func (b *builder) mapping(p *proc.Process, m *proc.Mapping) *profile.Mapping {
-	k := mapKey{p.PID, m.Start}
+	k := mapKey{p.PID, b.pinnedKey(p), m.Start}
 	if pm, ok := b.mappings[k]; ok {
 		return pm
 	}
@@ -308,7 +338,7 @@ func (b *builder) mapping(p *proc.Process, m *proc.Mapping) *profile.Mapping {
 }
 
 func (b *builder) unknownMapping(pid uint32) *profile.Mapping {
-	k := mapKey{pid, 0}
+	k := mapKey{pid: pid}
 	if pm, ok := b.mappings[k]; ok {
 		return pm
 	}

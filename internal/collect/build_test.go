@@ -298,26 +298,31 @@ func TestSampleTimes(t *testing.T) {
 
 func TestStackTable(t *testing.T) {
 	var st stackTable
-	a := st.intern(7, []uint64{1, 2}, []uint64{3})
-	b := st.intern(7, []uint64{1}, []uint64{2, 3}) // same addresses, split differently
-	c := st.intern(8, []uint64{1, 2}, []uint64{3})
-	d := st.intern(7, nil, nil)
-	if again := st.intern(7, []uint64{1, 2}, []uint64{3}); again != a {
+	a := st.intern(7, 0, []uint64{1, 2}, []uint64{3})
+	b := st.intern(7, 0, []uint64{1}, []uint64{2, 3}) // same addresses, split differently
+	c := st.intern(8, 0, []uint64{1, 2}, []uint64{3})
+	d := st.intern(7, 0, nil, nil)
+	e := st.intern(7, 1, []uint64{1, 2}, []uint64{3}) // an image pinned inside an exec
+	if again := st.intern(7, 0, []uint64{1, 2}, []uint64{3}); again != a {
 		t.Errorf("the same stack got ids %d and %d", a, again)
 	}
-	if ids := []uint32{a, b, c, d}; len(slices.Compact(slices.Sorted(slices.Values(ids)))) != 4 || st.len() != 4 {
-		t.Errorf("ids %v, %d stacks; want 4 distinct", ids, st.len())
+	if ids := []uint32{a, b, c, d, e}; len(slices.Compact(slices.Sorted(slices.Values(ids)))) != 5 || st.len() != 5 {
+		t.Errorf("ids %v, %d stacks; want 5 distinct", ids, st.len())
 	}
 	var buf []uint64
 	tests := []struct {
 		id         uint32
-		pid        uint32
+		pid, image uint32
 		kern, user []uint64
-	}{{a, 7, []uint64{1, 2}, []uint64{3}}, {b, 7, []uint64{1}, []uint64{2, 3}}, {c, 8, []uint64{1, 2}, []uint64{3}}, {d, 7, nil, nil}}
+	}{
+		{a, 7, 0, []uint64{1, 2}, []uint64{3}}, {b, 7, 0, []uint64{1}, []uint64{2, 3}},
+		{c, 8, 0, []uint64{1, 2}, []uint64{3}}, {d, 7, 0, nil, nil}, {e, 7, 1, []uint64{1, 2}, []uint64{3}},
+	}
 	for _, tt := range tests {
-		pid, kern, user := st.stack(tt.id, &buf)
-		if pid != tt.pid || !slices.Equal(kern, tt.kern) || !slices.Equal(user, tt.user) {
-			t.Errorf("stack %d: pid %d, kern %x, user %x; want %d, %x, %x", tt.id, pid, kern, user, tt.pid, tt.kern, tt.user)
+		pid, image, kern, user := st.stack(tt.id, &buf)
+		if pid != tt.pid || image != tt.image || !slices.Equal(kern, tt.kern) || !slices.Equal(user, tt.user) {
+			t.Errorf("stack %d: pid %d, image %d, kern %x, user %x; want %d, %d, %x, %x",
+				tt.id, pid, image, kern, user, tt.pid, tt.image, tt.kern, tt.user)
 		}
 	}
 }

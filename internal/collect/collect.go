@@ -106,6 +106,12 @@ type Stats struct {
 	// frame-pointer chain broke in code without frame pointers, and what
 	// followed was not a stack.
 	StacksCut uint64
+	// PreExec counts samples taken inside an exec before the new image's
+	// registers were set (sampler.Record.PreExec); PreExecAttributed
+	// those of them symbolized against the image before the exec (the
+	// process as read before it, else its parent), the rest against the
+	// process's own.
+	PreExec, PreExecAttributed uint64
 }
 
 // Collector accumulates records. Add and Build may be called from
@@ -123,8 +129,14 @@ type Collector struct {
 	n       int // samples kept
 	stacks  stackTable
 	comms   names
-	start   time.Time
-	stats   Stats
+	// images are the images pinned for the samples taken inside an exec
+	// (stack image i is images[i-1]), numbered in imageIDs by the
+	// tracker's process each copies; unpinned after the Build that
+	// symbolizes them.
+	images   []*proc.Process
+	imageIDs map[*proc.Process]uint32
+	start    time.Time
+	stats    Stats
 }
 
 // New returns a Collector.
@@ -169,20 +181,54 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 
 // Add records one sample. The process is read at first sight so that its
 // mappings survive its exit.
+//
+// A sample taken inside an exec before the new image's registers were set
+// (r.PreExec) has the user registers and stack of the image before the
+// exec: its stack is symbolized against that image, pinned now, since the
+// tracker replaces it as the exec is reported (the sampler's OnExec may
+// have done so already), while the sample keeps its pid, thread, name and
+// time.
 func (c *Collector) Add(r *sampler.Record) {
-	p := c.opts.Tracker.Get(r.PID)
-	user := r.UserStack
-	recovered := false
-	if c.opts.Leaf != nil && len(user) > 0 && r.UserSP != 0 && len(r.StackTop) > 0 {
-		if m := p.Find(r.UserIP); m != nil && !m.Anonymous() {
-			if ra, ok := c.opts.Leaf.RecoverCaller(p, m, r.UserIP, r.UserSP, r.StackTop); ok && (len(user) < 2 || user[1] != ra) {
-				fixed := make([]uint64, 0, len(user)+1)
-				fixed = append(fixed, user[0], ra)
-				user = append(fixed, user[1:]...)
-				recovered = true
-			}
+	var orig, img *proc.Process
+	if r.PreExec {
+		if orig = c.opts.Tracker.Before(r.PID, r.ParentPID, r.Time); orig != nil {
+			img = c.opts.Tracker.Pin(orig)
 		}
 	}
+	p := img
+	if p == nil {
+		p = c.opts.Tracker.Get(r.PID)
+	}
+	user, recovered := c.fixLeaf(p, r)
+	if surplus := c.keep(r, user, recovered, orig, img); surplus != nil {
+		c.opts.Tracker.Unpin(surplus)
+	}
+}
+
+// fixLeaf returns r's user stack with the caller of a frameless leaf put
+// back, when p's code shows where its return address lies.
+func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, recovered bool) {
+	user = r.UserStack
+	if c.opts.Leaf == nil || len(user) == 0 || r.UserSP == 0 || len(r.StackTop) == 0 {
+		return user, false
+	}
+	m := p.Find(r.UserIP)
+	if m == nil || m.Anonymous() {
+		return user, false
+	}
+	ra, ok := c.opts.Leaf.RecoverCaller(p, m, r.UserIP, r.UserSP, r.StackTop)
+	if !ok || len(user) >= 2 && user[1] == ra {
+		return user, false
+	}
+	fixed := make([]uint64, 0, len(user)+1)
+	fixed = append(fixed, user[0], ra)
+	return append(fixed, user[1:]...), true
+}
+
+// keep stores the sample of r with the given user stack, against img when
+// it is pinned (a copy of the tracker's orig). It returns img when the
+// interval holds a copy of orig already, for the caller to unpin.
+func (c *Collector) keep(r *sampler.Record, user []uint64, recovered bool, orig, img *proc.Process) (surplus *proc.Process) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Samples++
@@ -192,6 +238,24 @@ func (c *Collector) Add(r *sampler.Record) {
 	if len(user) == 0 {
 		c.stats.UserStackEmpty++
 	}
+	if r.PreExec {
+		c.stats.PreExec++
+	}
+	var image uint32
+	if img != nil {
+		c.stats.PreExecAttributed++
+		image = c.imageIDs[orig]
+		if image != 0 {
+			surplus = img
+		} else {
+			c.images = append(c.images, img)
+			image = uint32(len(c.images))
+			if c.imageIDs == nil {
+				c.imageIDs = map[*proc.Process]uint32{}
+			}
+			c.imageIDs[orig] = image
+		}
+	}
 	if k := len(c.samples); k == 0 || len(c.samples[k-1]) == chunkSamples {
 		c.samples = append(c.samples, make([]sample, 0, chunkSamples))
 	}
@@ -199,10 +263,11 @@ func (c *Collector) Add(r *sampler.Record) {
 	c.n++
 	*last = append(*last, sample{
 		t: toUnixNano(r.Time), value: r.Value, link: r.Link,
-		stack: c.stacks.intern(r.PID, r.KernStack, user),
+		stack: c.stacks.intern(r.PID, image, r.KernStack, user),
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
 		kind: r.Kind, state: r.State,
 	})
+	return surplus
 }
 
 // Stats returns the counts so far.
@@ -222,31 +287,37 @@ func (c *Collector) Prepare() {
 	}
 	c.mu.Lock()
 	type key struct {
-		pid   uint32
+		p     *proc.Process
 		start uint64
 	}
 	seen := map[key]bool{}
 	var todo []key
 	var buf []uint64
 	for id := range c.stacks.len() {
-		pid, _, user := c.stacks.stack(uint32(id), &buf)
-		p := c.opts.Tracker.Get(pid)
+		pid, image, _, user := c.stacks.stack(uint32(id), &buf)
+		var p *proc.Process
+		if image != 0 {
+			p = c.images[image-1]
+		} else {
+			p = c.opts.Tracker.Get(pid)
+		}
 		for _, a := range user {
 			m := p.Find(a)
 			if m == nil || m.Anonymous() || m.Path[0] == '[' {
 				continue
 			}
-			if k := (key{pid, m.Start}); !seen[k] {
+			if k := (key{p, m.Start}); !seen[k] {
 				seen[k] = true
 				todo = append(todo, k)
 			}
 		}
 	}
 	c.mu.Unlock()
+	// Pinned images stay until the Build this precedes, which the same
+	// caller makes.
 	for _, k := range todo {
-		p := c.opts.Tracker.Get(k.pid)
-		if m := p.Find(k.start); m != nil {
-			c.opts.Symbolizer.Open(p.OpenPath(m), m.Path)
+		if m := k.p.Find(k.start); m != nil {
+			c.opts.Symbolizer.Open(k.p.OpenPath(m), m.Path)
 		}
 	}
 }
@@ -260,6 +331,7 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 	samples := make([]profile.Sample, 0, k.n)
 	var st Stats
 	prof := k.emit(c.opts, &st, func(s *profile.Sample) { samples = append(samples, *s) })
+	k.unpin(c.opts.Tracker)
 	c.addStats(st)
 	prof.Samples = samples
 	return prof
@@ -271,7 +343,9 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 // gives, and must not keep the pointer. The profile returned has none.
 func (c *Collector) Emit(end time.Time, add func(*profile.Sample)) *profile.Profile {
 	var st Stats
-	prof := c.take(end).emit(c.opts, &st, add)
+	k := c.take(end)
+	prof := k.emit(c.opts, &st, add)
+	k.unpin(c.opts.Tracker)
 	c.addStats(st)
 	return prof
 }
@@ -290,16 +364,26 @@ type kept struct {
 	n          int
 	stacks     stackTable
 	comms      names
+	images     []*proc.Process
 }
 
 // take hands over what was kept and starts afresh.
 func (c *Collector) take(end time.Time) *kept {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms}
+	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms, images: c.images}
 	c.samples, c.n, c.stacks, c.comms = nil, 0, stackTable{}, names{}
+	c.images, c.imageIDs = nil, nil
 	c.start = end
 	return k
+}
+
+// unpin releases the images pinned over the interval, once symbolized.
+func (k *kept) unpin(t *proc.Tracker) {
+	for _, p := range k.images {
+		t.Unpin(p)
+	}
+	k.images = nil
 }
 
 // chunkSamples is the size of the chunks samples are kept in (64 KiB).

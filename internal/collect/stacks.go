@@ -9,9 +9,11 @@ import "encoding/binary"
 // processes with off-CPU sampling send some 4,000 records a second over a
 // few hundred stacks).
 //
-// A stack is stored as its key, the bytes of pid, kernel frame count,
-// kernel frames and user frames (little endian): the map needs the key
-// anyway, and a second copy as []uint64 would double the table.
+// A stack is stored as its key, the bytes of pid, image, kernel frame
+// count, kernel frames and user frames (little endian): the map needs the
+// key anyway, and a second copy as []uint64 would double the table. The
+// image is 0 for the process's own at report time, else the number of an
+// image pinned when the sample was added (a sample taken inside an exec).
 type stackTable struct {
 	ids  map[string]uint32
 	keys []string // by id
@@ -20,9 +22,10 @@ type stackTable struct {
 
 // intern returns the id of the stack, adding it when it is new. The
 // slices are not kept.
-func (t *stackTable) intern(pid uint32, kern, user []uint64) uint32 {
+func (t *stackTable) intern(pid, image uint32, kern, user []uint64) uint32 {
 	b := t.buf[:0]
 	b = binary.LittleEndian.AppendUint32(b, pid)
+	b = binary.LittleEndian.AppendUint32(b, image)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(kern)))
 	for _, a := range kern {
 		b = binary.LittleEndian.AppendUint64(b, a)
@@ -47,18 +50,19 @@ func (t *stackTable) intern(pid uint32, kern, user []uint64) uint32 {
 // len returns the number of distinct stacks.
 func (t *stackTable) len() int { return len(t.keys) }
 
-// stack returns the process and frames of stack id. kern and user are
-// decoded into *buf, which the next call reuses.
-func (t *stackTable) stack(id uint32, buf *[]uint64) (pid uint32, kern, user []uint64) {
+// stack returns the process, image and frames of stack id. kern and user
+// are decoded into *buf, which the next call reuses.
+func (t *stackTable) stack(id uint32, buf *[]uint64) (pid, image uint32, kern, user []uint64) {
 	k := t.keys[id]
 	pid = uint32(le(k[0:4]))
-	nk := int(le(k[4:8]))
+	image = uint32(le(k[4:8]))
+	nk := int(le(k[8:12]))
 	all := (*buf)[:0]
-	for i := 8; i+8 <= len(k); i += 8 {
+	for i := 12; i+8 <= len(k); i += 8 {
 		all = append(all, le(k[i:i+8]))
 	}
 	*buf = all
-	return pid, all[:nk:nk], all[nk:]
+	return pid, image, all[:nk:nk], all[nk:]
 }
 
 // le decodes a little-endian number of up to 8 bytes.

@@ -1,0 +1,246 @@
+package collect
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
+)
+
+// fakeProcs is a procfs root whose processes map either this test binary
+// (the image before an exec) or another file at the same addresses (the
+// image after it), so that the same addresses name test functions only
+// when symbolized against the image before.
+type fakeProcs struct {
+	t          *testing.T
+	root       string
+	self       []proc.Mapping // this binary's code mappings
+	other      string         // the file of the image after the exec
+	otherInode uint64
+}
+
+func newFakeProcs(t *testing.T) *fakeProcs {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ = filepath.EvalSymlinks(exe)
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no /proc/self/maps: %v", err)
+	}
+	defer f.Close()
+	ms, err := proc.ParseMaps(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &fakeProcs{t: t, root: filepath.Join(t.TempDir(), "proc"), other: filepath.Join(t.TempDir(), "new-image")}
+	for _, m := range ms {
+		if m.Path == exe {
+			fp.self = append(fp.self, m)
+		}
+	}
+	if len(fp.self) == 0 {
+		t.Skipf("no code mapping of %s in /proc/self/maps", exe)
+	}
+	if err := os.WriteFile(fp.other, []byte("not an ELF file"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(fp.other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp.otherInode = st.Sys().(*syscall.Stat_t).Ino
+	return fp
+}
+
+// write makes pid's maps show this binary (before) or the other file at
+// the same addresses (after its exec).
+func (fp *fakeProcs) write(pid uint32, before bool) {
+	t := fp.t
+	t.Helper()
+	dir := filepath.Join(fp.root, fmt.Sprint(pid))
+	var maps strings.Builder
+	for _, m := range fp.self {
+		path, dev, ino := m.Path, m.Dev, m.Inode
+		if !before {
+			path, dev, ino = fp.other, "fe:01", fp.otherInode
+		}
+		fmt.Fprintf(&maps, "%x-%x r-xp %08x %s %d %s\n", m.Start, m.End, m.Offset, dev, ino, path)
+		link := filepath.Join(dir, "root", path)
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(path, link); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(maps.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPreExecSampleSymbolizedAgainstImageBefore: a sample taken inside an
+// exec, with the user registers of the image before it, is symbolized (and
+// its leaf fixed) against that image: the process as read before the exec,
+// whether the exec is reported before or after the sample is added, else
+// its parent's for a process never read (a posix_spawn child). It keeps
+// its own pid, thread, name and time, and the images pinned for it are
+// released after the report. A sample not flagged, at the same addresses,
+// is symbolized against the process's image of the report.
+func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
+	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
+	caller := uint64(reflect.ValueOf(callerMarker).Pointer()) + 8
+	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
+	top := make([]byte, 64)
+	binary.LittleEndian.PutUint64(top, caller)
+	const (
+		pid    = 100
+		parent = 90
+	)
+	tests := []struct {
+		name string
+		// readBefore: the process was read before the exec began.
+		// execFirst: the exec is reported before the sample is added
+		// (the sampler's OnExec runs as the reader decodes the event).
+		readBefore, execFirst bool
+		flagged               bool
+		want                  string
+		attributed            uint64
+	}{
+		{"read before, exec reported after", true, false, true, "leafMarker callerMarker outerMarker", 1},
+		{"read before, exec reported first", true, true, true, "leafMarker callerMarker outerMarker", 1},
+		{"never read: the parent's image", false, true, true, "leafMarker callerMarker outerMarker", 1},
+		{"never read, exec reported after", false, false, true, "leafMarker callerMarker outerMarker", 1},
+		{"not flagged: the image after", true, true, false, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fp := newFakeProcs(t)
+			tr := proc.NewTracker(fp.root, nil)
+			defer tr.Close()
+			fp.write(parent, true)
+			fp.write(pid, true)
+			tr.Get(parent)
+			if tt.readBefore {
+				tr.Get(pid)
+			}
+			c := New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true})
+			at := time.Now() // inside the exec
+			time.Sleep(time.Millisecond)
+			fp.write(pid, false)
+			exec := sampler.ProcEvent{PID: pid, Time: time.Now()}
+			if tt.execFirst {
+				tr.Exec(pid, exec.Time, nil)
+			}
+			r := &sampler.Record{
+				Kind: profile.OnCPU, PID: pid, TID: pid + 1, CPU: 1, Comm: "new-name", Time: at, Value: 1,
+				UserIP: leaf, UserSP: 0x7ffd0000, StackTop: top,
+				UserStack: []uint64{leaf, outer},
+				KernStack: []uint64{kSyscall + 8},
+				PreExec:   tt.flagged, ParentPID: parent,
+			}
+			c.Add(r)
+			c.ProcEvent(exec)
+			// A sample after the exec at the same addresses is the new
+			// image's, in the same report.
+			c.Add(&sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "new-name", Time: time.Now(), Value: 1,
+				UserStack: []uint64{leaf, outer}})
+			if got := tr.Get(pid); got.Mappings[0].Path != fp.other {
+				t.Fatalf("after the exec the tracker has %s, want %s", got.Mappings[0].Path, fp.other)
+			}
+			st := c.Stats()
+			prof := c.Build(time.Now())
+			if len(prof.Samples) != 2 {
+				t.Fatalf("%d samples, want 2", len(prof.Samples))
+			}
+			for _, f := range prof.Samples[1].Frames {
+				if f.Function != "" {
+					t.Errorf("sample after the exec symbolized against the image before: %+v", prof.Samples[1].Frames)
+				}
+			}
+			s := prof.Samples[0]
+			if s.PID != pid || s.TID != pid+1 || s.CPU != 1 || s.ThreadName != "new-name" || !s.Time.Equal(at) || prof.Processes[pid] == nil {
+				t.Errorf("sample pid %d tid %d cpu %d name %q time %v, processes %v; want the record's own",
+					s.PID, s.TID, s.CPU, s.ThreadName, s.Time, prof.Processes)
+			}
+			var names []string
+			for _, f := range s.Frames {
+				if f.Function != "" {
+					names = append(names, f.Function)
+				}
+			}
+			got := shortNames(strings.Join(names, " "))
+			if tt.want != "" && !strings.Contains(got, tt.want) {
+				t.Errorf("frames %q, want %q", got, tt.want)
+			}
+			if tt.want == "" && strings.Contains(got, "Marker") {
+				t.Errorf("a sample not flagged was symbolized against the image before the exec: %q", got)
+			}
+			if got := s.Frames[0].Function; got != "do_syscall_64" {
+				t.Errorf("leaf frame %q, want the kernel's", got)
+			}
+			if st.PreExecAttributed != tt.attributed || st.PreExec != st.PreExecAttributed || st.Samples != 2 {
+				t.Errorf("stats %+v, want %d samples inside an exec attributed", st, tt.attributed)
+			}
+			// Once reported and past two reports, only the new image's
+			// file stays open: the pinned image was released.
+			tr.ForgetExited()
+			tr.ForgetExited()
+			tr.Exit(parent)
+			tr.ForgetExited()
+			if n := tr.OpenFiles(); n != 1 {
+				t.Errorf("%d files open after the reports, want 1 (the new image's)", n)
+			}
+		})
+	}
+}
+
+// TestPreExecImagePinnedOncePerReport: the samples of many processes
+// taken inside their exec share their parent's image, pinned once per
+// report; neither process nor parent known leaves the sample to the
+// process's own image, counted as not attributed.
+func TestPreExecImagePinnedOncePerReport(t *testing.T) {
+	fp := newFakeProcs(t)
+	tr := proc.NewTracker(fp.root, nil)
+	defer tr.Close()
+	const parent = 90
+	fp.write(parent, true)
+	c := New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true, NoLeafRecovery: true})
+	user := userStack(2)
+	for pid := uint32(100); pid < 110; pid++ {
+		c.Add(&sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "child", Time: time.Now(), Value: 1,
+			UserStack: user, PreExec: true, ParentPID: parent})
+	}
+	c.Add(&sampler.Record{Kind: profile.OnCPU, PID: 200, TID: 200, Comm: "orphan", Time: time.Now(), Value: 1,
+		UserStack: user, PreExec: true, ParentPID: 201})
+	if n := len(c.images); n != 1 {
+		t.Fatalf("%d images pinned for 10 children of one parent, want 1", n)
+	}
+	if st := c.Stats(); st.PreExec != 11 || st.PreExecAttributed != 10 {
+		t.Errorf("stats %+v, want 11 inside an exec, 10 attributed", st)
+	}
+	prof := c.Build(time.Now())
+	for _, s := range prof.Samples {
+		named := s.Frames[0].Function != ""
+		if named != (s.PID != 200) {
+			t.Errorf("pid %d: first frame %+v", s.PID, s.Frames[0])
+		}
+	}
+	if len(prof.Processes) != 11 {
+		t.Errorf("%d processes in the profile, want 11 (each sample's own)", len(prof.Processes))
+	}
+	if len(c.images) != 0 {
+		t.Errorf("%d images still pinned after the report", len(c.images))
+	}
+}
