@@ -259,8 +259,13 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: %d processes were gone before /proc could be read; their executable and loader were placed from the exec\n", n)
 	}
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
-	if n := c.Stats().StacksCut; n > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d samples had their user stack cut at a return address in no code mapping (a frame-pointer chain through code built without frame pointers)\n", n)
+	st := c.Stats()
+	if st.StacksCut > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d samples had their user stack cut at a return address in no code mapping (a frame-pointer chain through code built without frame pointers)\n", st.StacksCut)
+	}
+	if st.PreExec > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d samples were taken inside an exec with the image before it still in the registers; %d of them were symbolized against that image (the process as read before the exec, or its parent's)\n",
+			st.PreExec, st.PreExecAttributed)
 	}
 	if f.output == "" {
 		export.WriteSummary(stdout, prof, 15)

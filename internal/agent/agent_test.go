@@ -169,7 +169,12 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	if n := len(col.received()); n != len(got) {
 		t.Errorf("empty intervals sent %d batches", n-len(got))
 	}
-	feed(15)
+	feed(14)
+	// Taken inside an exec: symbolized against the image read before it.
+	pre := testRecord(self, time.Now())
+	pre.PreExec, pre.ParentPID = true, 1
+	sent = append(sent, pre.Time)
+	src.records <- pre
 	col.waitReceived(t, len(got)+1, 5*time.Second)
 
 	addr := a.MetricsAddr()
@@ -188,6 +193,7 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 		"spanprof_processes_tracked 1",
 		"spanprof_processes_retained 1",
 		"spanprof_samples_collected_total 36",
+		"spanprof_pre_exec_samples_total 1",
 		`spanprof_export_requests_total{endpoint="` + col.addr + `",result="success"}`,
 		`spanprof_export_queue_length{endpoint="` + col.addr + `"} 0`,
 		"spanprof_export_duration_seconds_bucket",
