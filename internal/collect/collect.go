@@ -191,7 +191,7 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 func (c *Collector) Add(r *sampler.Record) {
 	var orig, img *proc.Process
 	if r.PreExec {
-		if orig = c.opts.Tracker.Before(r.PID, r.ParentPID, r.Time); orig != nil {
+		if orig = c.opts.Tracker.Before(r.PID, r.ParentPID, r.Time, r.UserIP); orig != nil {
 			img = c.opts.Tracker.Pin(orig)
 		}
 	}

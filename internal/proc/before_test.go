@@ -35,7 +35,7 @@ func TestBeforeExec(t *testing.T) {
 		}
 		return p.Mappings[0].Path
 	}
-	if got := exePath(tr.Before(7, 8, inExec)); got != old {
+	if got := exePath(tr.Before(7, 8, inExec, 0x400000)); got != old {
 		t.Errorf("before the exec event: image %s, want %s", got, old)
 	}
 	fakeProc(t, root, 7, exe)
@@ -43,26 +43,39 @@ func TestBeforeExec(t *testing.T) {
 	if got := exePath(tr.Get(7)); got != exe {
 		t.Fatalf("after the exec: %s, want %s", got, exe)
 	}
-	if got := exePath(tr.Before(7, 8, inExec)); got != old {
+	if got := exePath(tr.Before(7, 8, inExec, 0x400000)); got != old {
 		t.Errorf("after the exec event: image %s, want %s (the one the exec replaced)", got, old)
 	}
-	if got := exePath(tr.Before(9, 8, inExec)); got != parent {
+	if got := exePath(tr.Before(9, 8, inExec, 0x400000)); got != parent {
 		t.Errorf("process never read: image %s, want the parent's %s", got, parent)
 	}
 	fakeProc(t, root, 10, exe)
 	tr.Get(10) // read after the sample: maybe the new image already
-	if got := exePath(tr.Before(10, 8, inExec)); got != parent {
+	if got := exePath(tr.Before(10, 8, inExec, 0x400000)); got != parent {
 		t.Errorf("process read after the sample: image %s, want the parent's %s", got, parent)
 	}
-	if p := tr.Before(11, 12, inExec); p != nil {
+	if p := tr.Before(11, 12, inExec, 0x400000); p != nil {
 		t.Errorf("neither process nor parent known: %+v", p)
 	}
 
+	// A parent read before its loader mapped libc is read again for an
+	// address it lacks (at most once per parentRefreshAge).
+	lib := filepath.Join(tmp, "libc.so")
+	if err := os.WriteFile(lib, []byte("\x7fELF"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fakeProc(t, root, 8, parent, lib)
+	libAddr := uint64(0x400000 + 0x10000) // fakeProc's place for the second file
+	time.Sleep(parentRefreshAge)
+	if p := tr.Before(9, 8, inExec, libAddr); p == nil || p.Find(libAddr) == nil || p.Find(libAddr).Path != lib {
+		t.Errorf("parent's library not found by a re-read: %+v", p)
+	}
+
 	// A pinned image stays readable after the tracker let it go.
-	pinned := tr.Pin(tr.Before(7, 8, inExec))
+	pinned := tr.Pin(tr.Before(7, 8, inExec, 0x400000))
 	tr.ForgetExited()
 	tr.ForgetExited() // the image before pid 7's exec goes
-	if p := tr.Before(7, 0, inExec); p != nil {
+	if p := tr.Before(7, 0, inExec, 0x400000); p != nil {
 		t.Errorf("image before the exec still kept after two reports: %s", exePath(p))
 	}
 	if _, err := os.ReadFile(pinned.OpenPath(&pinned.Mappings[0])); err != nil {

@@ -192,7 +192,13 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 // copied. pid itself is not read: procfs shows its new image by now, or
 // none. Nil when neither is known. The result is the tracker's: Pin it to
 // keep it past a report.
-func (t *Tracker) Before(pid, parent uint32, at time.Time) *Process {
+//
+// ip is the sample's user instruction pointer. A parent read before its
+// loader mapped the libraries (at its first sample, in its own start)
+// lacks the one a child's exec is called from, libc's execve: when ip
+// lies in none of its mappings, they are read again, at most once per
+// parentRefreshAge.
+func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// An entry read after at may hold the new image already.
@@ -204,11 +210,22 @@ func (t *Tracker) Before(pid, parent uint32, at time.Time) *Process {
 	}
 	// The parent is read at first sight, like the process of any sample:
 	// it is the same image then, unless it exec'd since.
-	if p := imageAt(t.get(parent), at); p != nil && len(p.Mappings) > 0 {
-		return p
+	cur := t.get(parent)
+	p := imageAt(cur, at)
+	if p == cur && p.Find(ip) == nil {
+		p = t.refresh(parent, parentRefreshAge)
 	}
-	return nil
+	if p == nil || len(p.Mappings) == 0 {
+		return nil
+	}
+	return p
 }
+
+// parentRefreshAge bounds how often Before re-reads a parent whose
+// mappings lack a child's instruction pointer: a churning parent is read
+// once more after its start, and an address no re-read finds costs one
+// read of its maps per interval.
+const parentRefreshAge = 100 * time.Millisecond
 
 // imageAt returns the image of the table's entry p at time at: p, or the
 // image its latest exec replaced when that exec came after at; nil when
@@ -263,6 +280,11 @@ func (t *Tracker) Unpin(p *Process) {
 func (t *Tracker) Refresh(pid uint32, minAge time.Duration) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.refresh(pid, minAge)
+}
+
+// refresh is Refresh for callers holding t.mu.
+func (t *Tracker) refresh(pid uint32, minAge time.Duration) *Process {
 	old, ok := t.procs[pid]
 	if !ok || old.Exited || time.Since(old.readAt) < minAge {
 		return old
