@@ -66,7 +66,8 @@ const (
 type ExitMapsRecordTag uint64
 
 const (
-	ExitMapsRecordTagREC_PROC_MAPS ExitMapsRecordTag = 9223372036854775809
+	ExitMapsRecordTagREC_PROC_MAPS  ExitMapsRecordTag = 9223372036854775809
+	ExitMapsRecordTagREC_PROC_EVENT ExitMapsRecordTag = 9223372036854775810
 )
 
 // Names of all BPF objects in the ELF.

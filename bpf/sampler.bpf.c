@@ -546,12 +546,13 @@ static __always_inline struct proc_lifecycle *proc_event_reserve(__u32 pid, __u3
 	struct proc_lifecycle *e;
 
 	/* Same ring as the samples, so user space sees exec and exit in order
-	 * with the samples around them; the record size tells them apart. */
+	 * with the samples around them; the tag tells them apart. */
 	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
 	if (!e) {
 		count(CNT_PROC_EVENTS_LOST);
 		return 0;
 	}
+	e->tag = REC_PROC_EVENT;
 	e->ktime_ns = bpf_ktime_get_ns();
 	e->pid = pid;
 	e->kind = kind;
@@ -671,4 +672,5 @@ const enum proc_event_kind *unused_proc_event_kind __attribute__((unused));
 const enum tls_kind *unused_tls_kind __attribute__((unused));
 const enum go_label_layout *unused_go_label_layout __attribute__((unused));
 const struct proc_lifecycle *unused_proc_lifecycle __attribute__((unused));
+const enum record_tag *unused_record_tag __attribute__((unused));
 const struct stack_sample *unused_stack_sample __attribute__((unused));

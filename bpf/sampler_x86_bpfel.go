@@ -94,6 +94,7 @@ const (
 
 type SamplerProcLifecycle struct {
 	_          structs.HostLayout
+	Tag        uint64
 	KtimeNs    uint64
 	Pid        uint32
 	Kind       uint32
@@ -107,6 +108,13 @@ type SamplerProcLifecycle struct {
 	Pad        uint32
 	Path       [256]int8
 }
+
+type SamplerRecordTag uint64
+
+const (
+	SamplerRecordTagREC_PROC_MAPS  SamplerRecordTag = 9223372036854775809
+	SamplerRecordTagREC_PROC_EVENT SamplerRecordTag = 9223372036854775810
+)
 
 type SamplerSampleFlag uint32
 
@@ -196,6 +204,7 @@ const (
 	SamplerVarUnusedGoLabelLayout = "unused_go_label_layout"
 	SamplerVarUnusedProcEventKind = "unused_proc_event_kind"
 	SamplerVarUnusedProcLifecycle = "unused_proc_lifecycle"
+	SamplerVarUnusedRecordTag     = "unused_record_tag"
 	SamplerVarUnusedSampleFlag    = "unused_sample_flag"
 	SamplerVarUnusedSampleKind    = "unused_sample_kind"
 	SamplerVarUnusedStackSample   = "unused_stack_sample"
@@ -282,6 +291,7 @@ type SamplerVariableSpecs struct {
 	UnusedGoLabelLayout *ebpf.VariableSpec `ebpf:"unused_go_label_layout"`
 	UnusedProcEventKind *ebpf.VariableSpec `ebpf:"unused_proc_event_kind"`
 	UnusedProcLifecycle *ebpf.VariableSpec `ebpf:"unused_proc_lifecycle"`
+	UnusedRecordTag     *ebpf.VariableSpec `ebpf:"unused_record_tag"`
 	UnusedSampleFlag    *ebpf.VariableSpec `ebpf:"unused_sample_flag"`
 	UnusedSampleKind    *ebpf.VariableSpec `ebpf:"unused_sample_kind"`
 	UnusedStackSample   *ebpf.VariableSpec `ebpf:"unused_stack_sample"`
@@ -350,6 +360,7 @@ type SamplerVariables struct {
 	UnusedGoLabelLayout *ebpf.Variable `ebpf:"unused_go_label_layout"`
 	UnusedProcEventKind *ebpf.Variable `ebpf:"unused_proc_event_kind"`
 	UnusedProcLifecycle *ebpf.Variable `ebpf:"unused_proc_lifecycle"`
+	UnusedRecordTag     *ebpf.Variable `ebpf:"unused_record_tag"`
 	UnusedSampleFlag    *ebpf.Variable `ebpf:"unused_sample_flag"`
 	UnusedSampleKind    *ebpf.Variable `ebpf:"unused_sample_kind"`
 	UnusedStackSample   *ebpf.Variable `ebpf:"unused_stack_sample"`

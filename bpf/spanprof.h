@@ -167,9 +167,11 @@ enum proc_event_kind {
 /* Process lifecycle, so mappings are read at exec and kept after exit. An
  * exec also says where the new image lies, for processes gone before
  * /proc/PID/maps can be read: user space lays the executable's and the
- * interpreter's segments out from their ELF headers. Smaller than any
- * sample record: the size tells the two apart. */
+ * interpreter's segments out from their ELF headers. Tagged (enum
+ * record_tag): a sample record cut after its frames can have any size
+ * from its header on, this one's too. */
 struct proc_lifecycle {
+	__u64 tag; /* REC_PROC_EVENT */
 	__u64 ktime_ns;
 	__u32 pid;
 	__u32 kind;        /* enum proc_event_kind */
@@ -189,12 +191,14 @@ struct proc_lifecycle {
  * exec shows only the executable, the loader and the vDSO, and a process
  * living a millisecond is gone before anything else can be read.
  *
- * Records other than stack_sample and proc_lifecycle start with a tag whose
- * top bit is set. Those two start with ktime_ns, which never has it (2^63 ns
- * is 292 years of uptime), so a record is told apart by its first word,
- * whatever its size. */
+ * Records other than stack_sample start with a tag whose top bit is set.
+ * A sample starts with ktime_ns, which never has it (2^63 ns is 292 years
+ * of uptime), so a record is told apart by its first word, whatever its
+ * size. Sizes cannot tell them apart: a sample is cut after its last frame,
+ * so it has every size from its header to the whole struct in steps of 8. */
 enum record_tag {
 	REC_PROC_MAPS = 0x8000000000000001ULL,
+	REC_PROC_EVENT = 0x8000000000000002ULL, /* struct proc_lifecycle */
 };
 
 /* Counters of the exit capture (map exit_counters). Like drop_counter,

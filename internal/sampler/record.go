@@ -102,16 +102,18 @@ type recordAlloc struct {
 // two allocations, the record with its stack top and the frames.
 func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	if len(raw) >= 8 && binary.LittleEndian.Uint64(raw)&recordTagged != 0 {
-		switch tag := bpf.ExitMapsRecordTag(binary.LittleEndian.Uint64(raw)); tag {
-		case bpf.ExitMapsRecordTagREC_PROC_MAPS:
+		switch tag := bpf.SamplerRecordTag(binary.LittleEndian.Uint64(raw)); tag {
+		case bpf.SamplerRecordTagREC_PROC_MAPS:
 			pe, err := d.procMaps(raw)
 			return nil, pe, err
+		case bpf.SamplerRecordTagREC_PROC_EVENT:
+			if len(raw) != procSize {
+				return nil, nil, fmt.Errorf("decode record: process event of %d bytes, want %d", len(raw), procSize)
+			}
+			return nil, d.procEvent(raw), nil
 		default:
 			return nil, nil, fmt.Errorf("decode record: unknown tag %#x", uint64(tag))
 		}
-	}
-	if len(raw) == procSize {
-		return nil, d.procEvent(raw), nil
 	}
 	if len(raw) < headerSize || len(raw) > sampleSize || (len(raw)-headerSize)%8 != 0 {
 		return nil, nil, fmt.Errorf("decode record: unexpected size %d", len(raw))

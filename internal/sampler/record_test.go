@@ -66,10 +66,32 @@ func TestDecodeCompactRecord(t *testing.T) {
 	}
 }
 
+// TestDecodeEverySampleSize: a sample is cut after its last frame, so it
+// has every size from its header to the whole struct; each must decode as
+// the sample it is. When process events were told apart by their size, a
+// sample of 10 frames had exactly theirs and was taken for an exec of pid 1.
+func TestDecodeEverySampleSize(t *testing.T) {
+	d := newDecoder(clock.NewConverter())
+	var s bpf.SamplerStackSample
+	s.KtimeNs, s.Value, s.Pid, s.Tid = 123456789, 1, 10, 11
+	for i := range s.Frames {
+		s.Frames[i] = 0x401000 + uint64(i)
+	}
+	for n := 0; n <= len(s.Frames); n++ {
+		nu := min(n, 127)
+		s.UserFrames, s.KernFrames = int32(nu), int32(n-nu)
+		r, pe, err := d.decode(encode(&s, nu, n-nu))
+		if err != nil || pe != nil || r == nil || r.PID != 10 || len(r.UserStack)+len(r.KernStack) != n {
+			t.Fatalf("sample of %d frames (%d bytes): record %v, process event %+v, err %v", n, headerSize+8*n, r, pe, err)
+		}
+	}
+}
+
 // An exec record carries the new image: entry, loader base, the files.
 func TestDecodeExecImage(t *testing.T) {
 	d := newDecoder(clock.NewConverter())
 	var e bpf.SamplerProcLifecycle
+	e.Tag = uint64(bpf.SamplerRecordTagREC_PROC_EVENT)
 	e.Pid, e.Kind = 42, uint32(bpf.SamplerProcEventKindPROC_EXEC)
 	e.Entry, e.InterpBase = 0x55550000_1040, 0x7f00_0000_0000
 	e.ExeIno, e.ExeDev = 1234, 8<<20|1
