@@ -8,12 +8,25 @@
 #
 # Load, all at once: process churn (CHURN_RATE short-lived processes a
 # second, testdata/reliability/churn), a process whose thread context
-# alternates honest and lying records (testdata/reliability/liar), and the
-# agent's own off-CPU sampling of everything that sleeps. The agent exports
+# alternates honest and lying records (testdata/reliability/liar), large
+# Go programs coming and going (below), and the agent's own off-CPU
+# sampling of everything that sleeps. The agent exports
 # to ENDPOINT (default 127.0.0.1:1, where nothing listens: every export
 # fails, so the bounded retry queue is soaked too; point it at a collector
 # to soak delivery instead). Goroutines come from the agent's /metrics
 # (go_goroutines), the rest from /proc/PID.
+#
+# Large Go programs: every BIG_EVERY seconds (default 90; 0 turns them
+# off) a fresh spanprof binary is linked with a GNU build ID of its own
+# (the build cache is warm, so the go command and the linker, large Go
+# programs themselves, work a few seconds), then run for BIG_FOR seconds
+# (default 20) as one short-lived `spanprof check` process after another,
+# then deleted. Each is a new 30 MB Go binary to the agent's symbol and
+# unwind caches, and the earlier ones are never seen again: what the
+# caches keep of them must stay bounded and go once they are idle.
+#
+# SPANPROF_MEMPROFILE=FILE in the environment makes the agent write its
+# heap profile there when the run ends (go tool pprof -top FILE).
 #
 # Verdict: the last third's mean against the second third's (the first is
 # warm-up: symbol caches fill); growth above GROWTH_PCT percent (default
@@ -27,6 +40,8 @@ FREQUENCY=${FREQUENCY:-99}
 ENDPOINT=${ENDPOINT:-127.0.0.1:1}
 METRICS=${METRICS:-127.0.0.1:19464}
 GROWTH_PCT=${GROWTH_PCT:-25}
+BIG_EVERY=${BIG_EVERY:-90}
+BIG_FOR=${BIG_FOR:-20}
 cd "$(dirname "$0")/.."
 
 die() { echo "bench/soak.sh: $*" >&2; exit 1; }
@@ -63,6 +78,26 @@ pids+=($!)
 pids+=($!)
 (while sleep 0.01; do :; done) &
 pids+=($!)
+# The big programs' schedule runs off the script's clock ($SECONDS), so
+# every third of the run sees the same number of them.
+big() {
+	local gen=0 bin until
+	SECONDS=0
+	while [ "$SECONDS" -lt "$DURATION" ]; do
+		gen=$((gen + 1))
+		bin=$tmp/big-$gen
+		CGO_ENABLED=0 "$GO" build -o "$bin" -ldflags "-B 0x$(printf '%08x%032x' $$ "$gen")" ./cmd/spanprof ||
+			{ echo "bench/soak.sh: building big program $gen failed; no more of them" >&2; return; }
+		until=$((SECONDS + BIG_FOR))
+		while [ "$SECONDS" -lt "$until" ]; do "$bin" check "$bin" >/dev/null 2>&1 || true; done
+		rm -f "$bin"
+		while [ "$SECONDS" -lt $((gen * BIG_EVERY)) ]; do sleep 1; done
+	done
+}
+if [ "$BIG_EVERY" -gt 0 ]; then
+	big &
+	pids+=($!)
+fi
 
 metric() { { curl -sf -m 5 "http://$METRICS/metrics" || true; } | awk -v m="$1" '$1 == m { print $2; exit }'; }
 status() { awk -v f="$1:" '$1 == f { print $2; exit }' "/proc/$agent/status"; }
