@@ -158,7 +158,10 @@ func New(opts Options) *Collector {
 		opts.VDSO = v
 	}
 	if opts.Leaf == nil && !opts.NoLeafRecovery {
-		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger, 0)}
+		// The symbolizer and the unwind tables keep one copy of each Go
+		// pclntab between them.
+		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger,
+			unwind.CacheOptions{Pclntabs: opts.Symbolizer.Pclntabs()})}
 	}
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
 }

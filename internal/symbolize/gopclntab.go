@@ -121,11 +121,15 @@ func textStart(f *elf.File, d []byte) uint64 {
 
 // goTable resolves Go functions, files and lines.
 type goTable struct {
-	tab  *gosym.Table
-	data int // bytes of pclntab kept
+	tab *gosym.Table
+	// pcln is the pclntab that tab reads (kept whole: gosym reads it
+	// lazily), shared with the unwind tables through Pclntabs.
+	pcln *Pclntab
 }
 
-func (t *goTable) size() int64 { return int64(t.data) + int64(len(t.tab.Funcs))*200 }
+// size estimates the memory of the table without its pclntab, which the
+// Pclntabs store accounts for.
+func (t *goTable) size() int64 { return int64(len(t.tab.Funcs)) * 200 }
 
 func newGoTable(p *Pclntab) (*goTable, error) {
 	lt := gosym.NewLineTable(p.Data, p.TextStart)
@@ -136,7 +140,7 @@ func newGoTable(p *Pclntab) (*goTable, error) {
 	if len(tab.Funcs) == 0 {
 		return nil, fmt.Errorf("parse pclntab: no functions: %w", ErrNoPclntab)
 	}
-	return &goTable{tab: tab, data: len(p.Data)}, nil
+	return &goTable{tab: tab, pcln: p}, nil
 }
 
 // lookup returns function, file and line at vaddr. Inlined frames are not

@@ -80,7 +80,9 @@ func (s *Symbolizer) reject(err error) {
 // .gnu_debuglink, else from the fetcher (which may only request it).
 //
 // st is the version of the file at openPath, for reading its DWARF again.
-func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, openPath, displayPath string) (*Object, error) {
+// A Go pclntab is claimed from the shared store under key: the object
+// returned with a goTable holds one claim.
+func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, key, openPath, displayPath string) (*Object, error) {
 	s.stats.parsed.Add(1)
 	o := &Object{id: id, path: displayPath, progs: ef.Progs}
 	files := []*elf.File{ef}
@@ -97,9 +99,10 @@ func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, openPath, dis
 		}
 	}
 	o.syms = newSymtab(files...)
-	if pt, err := FindPclntab(ef); err == nil {
+	if pt, err := s.pcln.Claim(key, func() (*Pclntab, error) { return FindPclntab(ef) }); err == nil {
 		gt, err := newGoTable(pt)
 		if err != nil {
+			s.pcln.Release(key)
 			return nil, err
 		}
 		o.gotab = gt

@@ -40,6 +40,10 @@ type Options struct {
 	// DWARFSpillBytes bounds the files in DWARFSpillDir; the least
 	// recently used go first. Zero means 256 MiB.
 	DWARFSpillBytes int64
+	// Pclntabs, when set, shares Go pclntabs with other caches of the
+	// same binaries (the unwind tables); nil gives the Symbolizer a store
+	// of its own, which Pclntabs returns.
+	Pclntabs *Pclntabs
 }
 
 // Mode says how much symbolization happens on this machine.
@@ -85,6 +89,10 @@ type Symbolizer struct {
 	log  *slog.Logger
 	opts Options
 
+	// pcln holds the Go pclntabs of the cached objects; what it is
+	// charged counts towards MaxBytes.
+	pcln *PclntabHolder
+
 	mu      sync.Mutex
 	objects *lru[string, *objectEntry]   // object key → parsed object
 	files   *lru[fileStat, fileIdentity] // file version → identity
@@ -96,13 +104,17 @@ type Symbolizer struct {
 // objectEntry lets concurrent openers of one build ID wait for one parse:
 // the opener that created the entry parses and closes done.
 type objectEntry struct {
+	key  string
 	done chan struct{}
 	obj  *Object
 	err  error
-	// size is the object's estimated memory once parsed; evicted is set
-	// when the entry left the cache. Both are guarded by Symbolizer.mu.
+	// size is the object's estimated memory once parsed, without the
+	// shared pclntab; evicted is set when the entry left the cache;
+	// claimed while the entry holds a claim on its object's pclntab. All
+	// are guarded by Symbolizer.mu.
 	size    int64
 	evicted bool
+	claimed bool
 }
 
 // fileIdentity is what Open learnt about one file version.
@@ -125,12 +137,16 @@ func New(log *slog.Logger, opts Options) *Symbolizer {
 	if opts.DebugDirs == nil {
 		opts.DebugDirs = []string{"/usr/lib/debug"}
 	}
+	if opts.Pclntabs == nil {
+		opts.Pclntabs = NewPclntabs()
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Symbolizer{
 		log:     log,
 		opts:    opts,
+		pcln:    opts.Pclntabs.Holder(),
 		objects: newLRU[string, *objectEntry](opts.MaxObjects),
 		files:   newLRU[fileStat, fileIdentity](4 * opts.MaxObjects),
 	}
@@ -220,23 +236,27 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	if old, ok := s.objects.get(key); ok {
 		s.dropLocked(old)
 	}
-	e = &objectEntry{done: make(chan struct{})}
+	e = &objectEntry{key: key, done: make(chan struct{})}
 	if ev, evicted := s.objects.put(key, e); evicted {
 		s.dropLocked(ev.val)
 		s.log.Debug("evict symbol table", "key", ev.key)
 	}
 	s.mu.Unlock()
 
-	e.obj, e.err = s.parse(ef, st, id, openPath, displayPath)
+	e.obj, e.err = s.parse(ef, st, id, key, openPath, displayPath)
 	s.mu.Lock()
-	if e.obj != nil && !e.evicted {
+	switch {
+	case e.obj == nil:
+	case e.evicted:
+		// Dropped while parsing: the claim goes at once.
+		if e.obj.gotab != nil {
+			s.pcln.Release(key)
+		}
+	default:
+		e.claimed = e.obj.gotab != nil
 		e.size = e.obj.size()
 		s.bytes += e.size
-		for s.bytes > s.opts.MaxBytes && s.objects.len() > 1 {
-			ev := s.objects.removeOldest()
-			s.dropLocked(ev.val)
-			s.log.Debug("evict symbol table over the byte bound", "key", ev.key)
-		}
+		s.boundLocked()
 	}
 	s.mu.Unlock()
 	close(e.done)
@@ -256,7 +276,21 @@ func (s *Symbolizer) dropLocked(e *objectEntry) {
 	}
 	e.evicted = true
 	s.bytes -= e.size
+	if e.claimed {
+		e.claimed = false
+		s.pcln.Release(e.key)
+	}
 	s.stats.evicted.Add(1)
+}
+
+// boundLocked evicts the least recently used objects over MaxBytes,
+// counting the pclntabs the Symbolizer pays for; the most recent stays.
+func (s *Symbolizer) boundLocked() {
+	for s.bytes+s.pcln.Charged() > s.opts.MaxBytes && s.objects.len() > 1 {
+		ev := s.objects.removeOldest()
+		s.dropLocked(ev.val)
+		s.log.Debug("evict symbol table over the byte bound", "key", ev.key)
+	}
 }
 
 // Trim releases the DWARF section data that lookups loaded, keeping the
@@ -282,19 +316,23 @@ func (s *Symbolizer) Trim() {
 		s.bytes += n - e.size
 		e.size = n
 	}
-	for s.bytes > s.opts.MaxBytes && s.objects.len() > 1 {
-		ev := s.objects.removeOldest()
-		s.dropLocked(ev.val)
-		s.log.Debug("evict symbol table over the byte bound", "key", ev.key)
-	}
+	// Also after nothing was parsed: another holder may have passed the
+	// charge of a shared pclntab on to this one.
+	s.boundLocked()
 }
 
-// Bytes reports the estimated memory of the cached objects.
+// Bytes reports the estimated memory of the cached objects, counting the
+// Go pclntabs shared with other holders (Options.Pclntabs) only when
+// the Symbolizer pays for them.
 func (s *Symbolizer) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.bytes
+	return s.bytes + s.pcln.Charged()
 }
+
+// Pclntabs returns the store the Symbolizer keeps Go pclntabs in, for
+// other caches of the same binaries to share (unwind.CacheOptions).
+func (s *Symbolizer) Pclntabs() *Pclntabs { return s.opts.Pclntabs }
 
 // debugArrived reports whether the object of e waited for a debug file
 // that the fetcher now has, so it is worth parsing again.

@@ -2,25 +2,45 @@ package unwind
 
 import (
 	"container/list"
+	"debug/elf"
+	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 // Cache shares tables between processes by file identity (the GNU build
 // ID or content key that symbolize.Identity.Key returns), least recently
 // used first out.
 type Cache struct {
-	log *slog.Logger
-	max int
-	// maxBytes bounds the section data the cached tables hold: a Go
-	// binary's table keeps its whole pclntab (7 MB for a 30 MB binary),
-	// so a count alone lets a host of Go programs take hundreds of MB.
-	maxBytes int64
-	bytes    int64
+	log  *slog.Logger
+	opts CacheOptions
+	// pcln holds the Go pclntabs of the cached tables, shared with the
+	// symbolizer when both use one store; what it is charged counts
+	// towards MaxBytes.
+	pcln *symbolize.PclntabHolder
 
 	mu    sync.Mutex
+	bytes int64      // the entries' size, shared pclntabs not included
 	order *list.List // of *cacheEntry, front is most recent
 	items map[string]*list.Element
+}
+
+// CacheOptions configures a Cache.
+type CacheOptions struct {
+	// Max bounds the number of tables; zero means 256.
+	Max int
+	// MaxBytes bounds the section data the cached tables hold: a Go
+	// binary's table keeps its whole pclntab (7 MB for a 30 MB binary),
+	// so a count alone lets a host of Go programs take hundreds of MB.
+	// The most recent table stays whatever its size. Zero means
+	// DefaultCacheBytes.
+	MaxBytes int64
+	// Pclntabs shares Go pclntabs with the symbolizer
+	// (symbolize.Symbolizer.Pclntabs); nil keeps a store of the cache's
+	// own.
+	Pclntabs *symbolize.Pclntabs
 }
 
 type cacheEntry struct {
@@ -28,28 +48,38 @@ type cacheEntry struct {
 	done  chan struct{}
 	table *Table
 	err   error
-	size  int64 // counted in Cache.bytes once the table is read
-}
-
-// NewCache returns a cache holding at most max tables (0 means 256).
-func NewCache(log *slog.Logger, max int) *Cache {
-	if max <= 0 {
-		max = 256
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Cache{log: log, max: max, maxBytes: DefaultCacheBytes, order: list.New(), items: map[string]*list.Element{}}
+	// size is counted in Cache.bytes once the table is read; claimed
+	// while the entry holds a claim on the table's pclntab. Both are
+	// guarded by Cache.mu.
+	size    int64
+	claimed bool
 }
 
 // DefaultCacheBytes is the section data a Cache keeps at most.
 const DefaultCacheBytes = 24 << 20
 
+// NewCache returns a cache of tables.
+func NewCache(log *slog.Logger, opts CacheOptions) *Cache {
+	if opts.Max <= 0 {
+		opts.Max = 256
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultCacheBytes
+	}
+	if opts.Pclntabs == nil {
+		opts.Pclntabs = symbolize.NewPclntabs()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Cache{log: log, opts: opts, pcln: opts.Pclntabs.Holder(), order: list.New(), items: map[string]*list.Element{}}
+}
+
 // SetMaxBytes bounds the section data the cached tables hold; the most
 // recent table stays whatever its size.
 func (c *Cache) SetMaxBytes(n int64) {
 	c.mu.Lock()
-	c.maxBytes = n
+	c.opts.MaxBytes = n
 	c.evict()
 	c.mu.Unlock()
 }
@@ -57,20 +87,29 @@ func (c *Cache) SetMaxBytes(n int64) {
 // evict drops least recently used tables past the count and byte bounds,
 // keeping the most recent one. Callers hold c.mu.
 func (c *Cache) evict() {
-	for c.order.Len() > 1 && (c.order.Len() > c.max || c.bytes > c.maxBytes) {
-		back := c.order.Back()
-		e := back.Value.(*cacheEntry)
-		c.order.Remove(back)
-		delete(c.items, e.key)
-		c.bytes -= e.size
+	for c.order.Len() > 1 && (c.order.Len() > c.opts.Max || c.bytes+c.pcln.Charged() > c.opts.MaxBytes) {
+		c.remove(c.order.Back())
 	}
 }
 
-// Bytes reports the section data the cached tables hold.
+// remove drops one entry. Callers hold c.mu.
+func (c *Cache) remove(el *list.Element) {
+	e := el.Value.(*cacheEntry)
+	c.order.Remove(el)
+	delete(c.items, e.key)
+	c.bytes -= e.size
+	if e.claimed {
+		e.claimed = false
+		c.pcln.Release(e.key)
+	}
+}
+
+// Bytes reports the section data the cached tables hold, counting the
+// pclntabs shared with the symbolizer only when this cache pays for them.
 func (c *Cache) Bytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.bytes
+	return c.bytes + c.pcln.Charged()
 }
 
 // Table returns the table of the file identified by key, reading it from
@@ -91,13 +130,21 @@ func (c *Cache) Table(key, openPath string) (*Table, error) {
 	c.evict()
 	c.mu.Unlock()
 
-	table, err := OpenTable(openPath)
+	table, claimed, err := c.open(key, openPath)
 	c.mu.Lock()
 	e.table, e.err = table, err
-	if el, ok := c.items[key]; ok && el.Value == e {
+	switch el, ok := c.items[key]; {
+	case ok && el.Value == e && err == nil:
+		e.claimed = claimed
 		e.size = table.Size()
+		if claimed {
+			e.size -= table.pcln.Size()
+		}
 		c.bytes += e.size
 		c.evict()
+	case claimed:
+		// Evicted while it was read.
+		c.pcln.Release(key)
 	}
 	c.mu.Unlock()
 	close(e.done)
@@ -105,6 +152,27 @@ func (c *Cache) Table(key, openPath string) (*Table, error) {
 		c.log.Debug("read unwind table", "path", openPath, "err", e.err)
 	}
 	return e.table, e.err
+}
+
+// open reads the table of the file at openPath, claiming its Go pclntab
+// from the shared store under key; claimed says whether the table holds
+// a claim.
+func (c *Cache) open(key, openPath string) (t *Table, claimed bool, err error) {
+	f, err := elf.Open(openPath)
+	if err != nil {
+		return nil, false, fmt.Errorf("open elf %s: %w", openPath, err)
+	}
+	defer f.Close()
+	t, err = newTable(f, func() (*symbolize.Pclntab, error) {
+		p, err := c.pcln.Claim(key, func() (*symbolize.Pclntab, error) { return symbolize.FindPclntab(f) })
+		claimed = err == nil
+		return p, err
+	})
+	if err != nil && claimed {
+		c.pcln.Release(key)
+		claimed = false
+	}
+	return t, claimed, err
 }
 
 // Len reports how many tables are cached.

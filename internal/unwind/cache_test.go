@@ -2,11 +2,14 @@ package unwind
 
 import (
 	"debug/elf"
+	"errors"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 func TestCache(t *testing.T) {
-	c := NewCache(nil, 1)
+	c := NewCache(nil, CacheOptions{Max: 1})
 	a, err := c.Table("gnu:a", fixture("chain-gcc"))
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +63,7 @@ func TestScanMatchesHdr(t *testing.T) {
 // TestCacheBytes bounds the cache by the section data its tables hold:
 // a Go binary's table keeps the whole pclntab.
 func TestCacheBytes(t *testing.T) {
-	c := NewCache(nil, 100)
+	c := NewCache(nil, CacheOptions{Max: 100})
 	g, err := c.Table("go", fixture("goprog"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,5 +86,67 @@ func TestCacheBytes(t *testing.T) {
 	c.SetMaxBytes(1)
 	if c.Len() != 1 {
 		t.Errorf("the most recent table was evicted: %d tables", c.Len())
+	}
+}
+
+// TestPclntabShared checks that the symbolizer and the unwind cache keep
+// one copy of a Go binary's pclntab, counted once between them, and that
+// the count passes to the cache when the symbolizer lets go.
+func TestPclntabShared(t *testing.T) {
+	path := fixture("goprog")
+	id, err := symbolize.Identify(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.BuildID == "" {
+		t.Fatalf("%s has no GNU build ID", path)
+	}
+	store := symbolize.NewPclntabs()
+	sym := symbolize.New(nil, symbolize.Options{Pclntabs: store, MaxObjects: 1})
+	if _, err := sym.Open(path, path); err != nil {
+		t.Fatal(err)
+	}
+	symBytes := sym.Bytes()
+	c := NewCache(nil, CacheOptions{Pclntabs: store})
+	tab, err := c.Table(id.Key(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.pcln == nil {
+		t.Fatal("the Go binary's table has no pclntab")
+	}
+	// What the store holds is what the symbolizer read.
+	p, err := store.Holder().Claim(id.Key(), func() (*symbolize.Pclntab, error) {
+		return nil, errors.New("the store lost the symbolizer's pclntab")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &p.Data[0] != &tab.pcln.Data[0] {
+		t.Error("the unwind table read its own copy of the pclntab")
+	}
+	if store.Len() != 1 || store.Bytes() != tab.pcln.Size() {
+		t.Errorf("store holds %d tables of %d bytes, want one of %d", store.Len(), store.Bytes(), tab.pcln.Size())
+	}
+	// The symbolizer, first to claim it, pays for it; the cache pays for
+	// the rest of its table only.
+	if got, want := c.Bytes(), tab.Size()-tab.pcln.Size(); got != want {
+		t.Errorf("cache counts %d bytes, want %d (its table without the shared pclntab)", got, want)
+	}
+	if sym.Bytes() != symBytes || symBytes < tab.pcln.Size() {
+		t.Errorf("symbolizer counts %d bytes (%d before the cache), want its object with the pclntab (%d)", sym.Bytes(), symBytes, tab.pcln.Size())
+	}
+	// The symbolizer drops the object for another: the cache pays from
+	// now on.
+	other := fixture("chain-clang")
+	if _, err := sym.Open(other, other); err != nil {
+		t.Fatal(err)
+	}
+	if sym.Stats().Evicted != 1 || sym.Pclntabs().Len() != 1 {
+		t.Fatalf("symbolizer evicted %d objects, store holds %d pclntabs; want goprog's evicted, its pclntab kept by the cache",
+			sym.Stats().Evicted, sym.Pclntabs().Len())
+	}
+	if c.Bytes() != tab.Size() {
+		t.Errorf("cache counts %d bytes after the symbolizer let go, want its whole table, %d", c.Bytes(), tab.Size())
 	}
 }

@@ -18,8 +18,12 @@ const maxCachedFuncs = 4096
 type Table struct {
 	// sources are asked in order: Go pclntab, .eh_frame, .debug_frame.
 	sources []source
-	// size is the bytes of section data the sources hold.
+	// size is the bytes of section data the sources hold, pcln's
+	// included.
 	size int64
+	// pcln is the Go pclntab of a Go binary's table, which a Cache
+	// shares with the symbolizer.
+	pcln *symbolize.Pclntab
 
 	mu    sync.Mutex
 	funcs map[uint64][]row // function start → rows
@@ -37,15 +41,22 @@ type source interface {
 // NewTable indexes the unwind information of f. It keeps the frame
 // sections in memory and closes nothing: f may be closed afterwards.
 func NewTable(f *elf.File) (*Table, error) {
+	return newTable(f, func() (*symbolize.Pclntab, error) { return symbolize.FindPclntab(f) })
+}
+
+// newTable is NewTable with f's Go pclntab from pclntab: read from f, or
+// the copy a Pclntabs store shares.
+func newTable(f *elf.File, pclntab func() (*symbolize.Pclntab, error)) (*Table, error) {
 	t := &Table{funcs: map[uint64][]row{}}
 	isGo := false
-	if p, err := symbolize.FindPclntab(f); err == nil {
+	if p, err := pclntab(); err == nil {
 		g, err := newGoFrames(p)
 		if err != nil {
 			return nil, err
 		}
 		t.sources = append(t.sources, g)
-		t.size += int64(len(p.Data))
+		t.size += p.Size()
+		t.pcln = p
 		isGo = true
 	} else if !errors.Is(err, symbolize.ErrNoPclntab) {
 		return nil, err

@@ -1,0 +1,138 @@
+package symbolize
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Pclntabs shares the Go function table of each binary between the
+// caches that keep it: the Symbolizer's parsed objects and the unwind
+// tables of the leaf fixer (internal/unwind) both hold the whole pclntab
+// of every Go binary sampled, megabytes each, and would otherwise read
+// and keep it twice.
+//
+// A table is shared by key (Identity.Key, or whatever else tells file
+// contents apart) while at least one holder has claimed it, and forgotten
+// when the last claim is released; the garbage collector frees it once no
+// reader uses it either. Its bytes are charged to one holder at a time,
+// so byte bounds that add PclntabHolder.Charged count a shared table
+// once: the holder that claimed it first pays, and when that holder
+// releases it the next one does.
+type Pclntabs struct {
+	mu   sync.Mutex
+	tabs map[string]*sharedPclntab
+}
+
+type sharedPclntab struct {
+	tab *Pclntab
+	// claims lists the holders in claim order, one element per claim (a
+	// holder may claim a key twice while it replaces an entry);
+	// claims[0] is charged.
+	claims []*PclntabHolder
+}
+
+// NewPclntabs returns an empty store.
+func NewPclntabs() *Pclntabs {
+	return &Pclntabs{tabs: map[string]*sharedPclntab{}}
+}
+
+// Holder returns a new claimant of the store's tables: one per cache.
+func (s *Pclntabs) Holder() *PclntabHolder {
+	return &PclntabHolder{store: s}
+}
+
+// Len reports how many tables are shared.
+func (s *Pclntabs) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tabs)
+}
+
+// Bytes reports the pclntab bytes the store's tables hold, each once.
+func (s *Pclntabs) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, e := range s.tabs {
+		n += e.tab.Size()
+	}
+	return n
+}
+
+// PclntabHolder is one cache's claims on the tables of a Pclntabs.
+type PclntabHolder struct {
+	store   *Pclntabs
+	charged atomic.Int64
+}
+
+// Charged reports the bytes of the shared tables this holder pays for.
+// It changes when another holder releases a table this one also claimed.
+func (h *PclntabHolder) Charged() int64 { return h.charged.Load() }
+
+// Claim returns the table of key, calling load only when no holder has
+// claimed key. Each successful Claim wants one Release. load runs without
+// the store's lock: two holders loading one key at once both read it, and
+// the second gets the first's copy.
+func (h *PclntabHolder) Claim(key string, load func() (*Pclntab, error)) (*Pclntab, error) {
+	s := h.store
+	s.mu.Lock()
+	if e, ok := s.tabs[key]; ok {
+		e.claims = append(e.claims, h)
+		s.mu.Unlock()
+		return e.tab, nil
+	}
+	s.mu.Unlock()
+	tab, err := load()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.tabs[key]; ok {
+		e.claims = append(e.claims, h)
+		return e.tab, nil
+	}
+	s.tabs[key] = &sharedPclntab{tab: tab, claims: []*PclntabHolder{h}}
+	h.charged.Add(tab.Size())
+	return tab, nil
+}
+
+// Release gives up one claim of h on key. The charge passes to the next
+// claimant, if any; else the store forgets the table.
+func (h *PclntabHolder) Release(key string) {
+	s := h.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.tabs[key]
+	if !ok {
+		return
+	}
+	// The last claim of h, so that a holder with two claims keeps paying
+	// rather than passing the charge on and back.
+	i := len(e.claims) - 1
+	for i >= 0 && e.claims[i] != h {
+		i--
+	}
+	if i < 0 {
+		return
+	}
+	e.claims = append(e.claims[:i], e.claims[i+1:]...)
+	if i != 0 {
+		return
+	}
+	n := e.tab.Size()
+	h.charged.Add(-n)
+	if len(e.claims) == 0 {
+		delete(s.tabs, key)
+		return
+	}
+	e.claims[0].charged.Add(n)
+}
+
+// Size is the memory the table holds, as the caches count it.
+func (p *Pclntab) Size() int64 {
+	if p == nil {
+		return 0
+	}
+	return int64(len(p.Data))
+}
