@@ -343,8 +343,10 @@ func (a *Agent) report() {
 	agg := profile.NewAggregator()
 	prof := a.collector.Emit(a.now(), agg.Add)
 	// The report is symbolized: DWARF section data loaded for it goes
-	// (the tables built from it stay).
+	// (the tables built from it stay), and so do the symbol and unwind
+	// tables of binaries not seen for a while.
 	a.sym.Trim()
+	a.collector.Trim()
 	if a.goWait != nil {
 		a.goWait.Merge(prof)
 		for i := range prof.Samples {

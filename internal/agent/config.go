@@ -130,7 +130,8 @@ type Symbolization struct {
 	// evicted first. A Go binary's pclntab alone is megabytes: on a host
 	// running many large Go programs a bound below their sum makes
 	// reports parse them again (spanprof_symbolize_objects_evicted_total).
-	// Default 32.
+	// Binaries unused for symbolize.DefaultIdleTimeout go whatever the
+	// bound. Default 32.
 	CacheMiB int `yaml:"cache_mib"`
 }
 

@@ -55,15 +55,21 @@ func newSymbolization(cfg Symbolization, log *slog.Logger, reg prometheus.Regist
 }
 
 func (s *symbolization) register(reg prometheus.Registerer) {
-	sym := func(name, help string, v func(symbolize.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(v(s.symbolizer.Stats())) })
+	sym := func(name, help string, v func(symbolize.Stats) uint64, labels ...string) prometheus.Collector {
+		opts := prometheus.CounterOpts{Name: name, Help: help}
+		if len(labels) == 2 {
+			opts.ConstLabels = prometheus.Labels{labels[0]: labels[1]}
+		}
+		return prometheus.NewCounterFunc(opts, func() float64 { return float64(v(s.symbolizer.Stats())) })
 	}
+	const evictedHelp = "Parsed binaries evicted from the cache, by reason: bound (the count or byte bound, or parsed again once a debug file arrived) or idle (unused for the idle timeout)."
 	reg.MustRegister(
 		sym("spanprof_symbolize_objects_parsed_total", "Binaries whose symbol tables were parsed.",
 			func(st symbolize.Stats) uint64 { return st.Parsed }),
-		sym("spanprof_symbolize_objects_evicted_total", "Parsed binaries evicted from the cache.",
-			func(st symbolize.Stats) uint64 { return st.Evicted }),
+		sym("spanprof_symbolize_objects_evicted_total", evictedHelp,
+			func(st symbolize.Stats) uint64 { return st.Evicted - st.Expired }, "reason", "bound"),
+		sym("spanprof_symbolize_objects_evicted_total", evictedHelp,
+			func(st symbolize.Stats) uint64 { return st.Expired }, "reason", "idle"),
 		sym("spanprof_symbolize_debug_files_total", "Separate debug files used.",
 			func(st symbolize.Stats) uint64 { return st.DebugFiles }),
 		sym("spanprof_symbolize_dwarf_loads_total", "Loads of DWARF section data: one per binary with DWARF, plus one per report that met a compile unit not seen since the data was released.",
@@ -71,7 +77,7 @@ func (s *symbolization) register(reg prometheus.Registerer) {
 		sym("spanprof_symbolize_debug_files_rejected_total", "Debug files refused (build ID or CRC mismatch, corrupt).",
 			func(st symbolize.Stats) uint64 { return st.RejectedBuildID + st.RejectedCRC + st.RejectedCorrupt }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spanprof_symbolize_cache_bytes",
-			Help: "Bytes held by parsed symbol tables."},
+			Help: "Bytes held by parsed symbol tables, counting the Go pclntabs shared with the unwind tables when the symbol cache pays for them."},
 			func() float64 { return float64(s.symbolizer.Bytes()) }),
 	)
 	if s.debuginfod == nil {

@@ -273,6 +273,14 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, recovered bool, orig,
 	return surplus
 }
 
+// Trim lets the leaf fixer drop what went idle (CFILeafFixer.Trim); call
+// it after a report, as Symbolizer.Trim.
+func (c *Collector) Trim() {
+	if t, ok := c.opts.Leaf.(interface{ Trim() }); ok {
+		t.Trim()
+	}
+}
+
 // Stats returns the counts so far.
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()

@@ -23,8 +23,10 @@ type CFILeafFixer struct {
 	Tables *unwind.Cache
 
 	mu sync.Mutex
-	// byMapping remembers the table of each mapped file, so a new ip or
-	// a new process costs a map lookup instead of a file open.
+	// byMapping remembers the segments and identity of each mapped file,
+	// so a new ip or a new process costs map lookups instead of a file
+	// open. It names the table rather than holding it, so that the
+	// tables of binaries gone idle leave memory with Tables' entries.
 	byMapping map[leafKey]leafEntry
 	// rules remembers the rule at each sampled ip of a mapping: samples
 	// repeat a small set of hot ips, and a hit skips the address
@@ -48,7 +50,7 @@ type ruleKey struct {
 
 type leafEntry struct {
 	progs []*elf.Prog // PT_LOAD headers only
-	table *unwind.Table
+	key   string      // the file's identity in Tables; empty when unreadable
 }
 
 // maxLeafEntries bounds byMapping and maxRules rules; each is dropped and
@@ -83,8 +85,8 @@ func (f *CFILeafFixer) rule(p *proc.Process, m *proc.Mapping, ip uint64) unwind.
 }
 
 func (f *CFILeafFixer) lookup(p *proc.Process, m *proc.Mapping, k leafKey, ip uint64) unwind.Rule {
-	e, ok := f.entry(p, m, k)
-	if !ok {
+	e := f.entry(p, m, k)
+	if e.key == "" {
 		return unwind.Rule{}
 	}
 	pm := profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}
@@ -92,21 +94,26 @@ func (f *CFILeafFixer) lookup(p *proc.Process, m *proc.Mapping, k leafKey, ip ui
 	if !ok {
 		return unwind.Rule{}
 	}
-	rule, err := e.table.RuleAt(vaddr)
+	// Read again if it was evicted or went idle since.
+	t, err := f.Tables.Table(e.key, p.OpenPath(m))
+	if err != nil {
+		return unwind.Rule{}
+	}
+	rule, err := t.RuleAt(vaddr)
 	if err != nil {
 		return unwind.Rule{}
 	}
 	return rule
 }
 
-func (f *CFILeafFixer) entry(p *proc.Process, m *proc.Mapping, k leafKey) (leafEntry, bool) {
+func (f *CFILeafFixer) entry(p *proc.Process, m *proc.Mapping, k leafKey) leafEntry {
 	f.mu.Lock()
 	e, ok := f.byMapping[k]
 	f.mu.Unlock()
 	if ok {
-		return e, e.table != nil
+		return e
 	}
-	// A failure is remembered too (nil table): one attempt per mapping.
+	// A failure is remembered too (no key): one attempt per mapping.
 	e = f.load(p.OpenPath(m))
 	f.mu.Lock()
 	if f.byMapping == nil || len(f.byMapping) >= maxLeafEntries {
@@ -114,7 +121,7 @@ func (f *CFILeafFixer) entry(p *proc.Process, m *proc.Mapping, k leafKey) (leafE
 	}
 	f.byMapping[k] = e
 	f.mu.Unlock()
-	return e, e.table != nil
+	return e
 }
 
 func (f *CFILeafFixer) load(openPath string) leafEntry {
@@ -135,12 +142,12 @@ func (f *CFILeafFixer) load(openPath string) leafEntry {
 		}
 		key = id.Key()
 	}
-	t, err := f.Tables.Table(key, openPath)
-	if err != nil {
-		return leafEntry{}
-	}
-	return leafEntry{progs: progs, table: t}
+	return leafEntry{progs: progs, key: key}
 }
+
+// Trim drops the unwind tables idle for their IdleTimeout
+// (unwind.Cache.Trim).
+func (f *CFILeafFixer) Trim() { f.Tables.Trim() }
 
 // loadSegments copies the headers of the PT_LOAD segments, all that
 // translating an address needs: an elf.Prog as read carries a reader of

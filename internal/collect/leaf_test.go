@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/unwind"
 )
 
 //go:noinline
@@ -113,5 +115,34 @@ func TestLoadSegmentsTranslateAsTheFile(t *testing.T) {
 		if p.ReaderAt != nil {
 			t.Errorf("segment at %#x keeps a reader of the file", p.Vaddr)
 		}
+	}
+}
+
+// TestLeafTablesGoIdle checks that the leaf fixer holds unwind tables
+// only through their cache: once the cache dropped an idle table, its
+// memory is not pinned by the fixer, and the next ip not seen before
+// reads the table again.
+func TestLeafTablesGoIdle(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	tables := unwind.NewCache(nil, unwind.CacheOptions{IdleTimeout: 5 * time.Minute, Now: func() time.Time { return now }})
+	f := &CFILeafFixer{Tables: tables}
+	p := proc.NewTracker("/proc", nil).Get(uint32(os.Getpid()))
+	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
+	m := p.Find(leaf)
+	if m == nil || m.Anonymous() {
+		t.Fatalf("no file mapping holds this test's code at %#x", leaf)
+	}
+	want := unwind.Rule{Kind: unwind.SPOffset, Offset: 8}
+	if r := f.rule(p, m, leaf); r != want || tables.Len() != 1 {
+		t.Fatalf("rule %+v with %d tables read, want %+v from one", r, tables.Len(), want)
+	}
+	now = now.Add(6 * time.Minute)
+	f.Trim()
+	if tables.Len() != 0 || tables.Bytes() != 0 {
+		t.Fatalf("after 6m idle the cache holds %d tables, %d bytes", tables.Len(), tables.Bytes())
+	}
+	caller := uint64(reflect.ValueOf(callerMarker).Pointer())
+	if r := f.rule(p, m, caller); r != want || tables.Len() != 1 {
+		t.Errorf("new ip after the table went idle: rule %+v with %d tables, want %+v from the table read again", r, tables.Len(), want)
 	}
 }

@@ -24,6 +24,9 @@ type DebugFetcher interface {
 type Stats struct {
 	Parsed  uint64 // objects parsed
 	Evicted uint64 // objects dropped from the cache
+	// Expired counts the evicted objects that went because they were
+	// idle (Options.IdleTimeout); the rest went for the bounds.
+	Expired uint64
 	// DebugFiles counts separate debug files used, DebuginfodFiles those
 	// of them that debuginfod supplied.
 	DebugFiles      uint64
@@ -46,15 +49,18 @@ type Stats struct {
 }
 
 type stats struct {
-	parsed, evicted, debugFiles, debuginfodFiles, debuginfodRequests atomic.Uint64
-	rejBuildID, rejCRC, rejCorrupt, dwarfErrors, dwarfLoads          atomic.Uint64
+	// evicted counts the evictions for the bounds, expired the idle ones.
+	parsed, evicted, expired, debugFiles, debuginfodFiles, debuginfodRequests atomic.Uint64
+	rejBuildID, rejCRC, rejCorrupt, dwarfErrors, dwarfLoads                   atomic.Uint64
 }
 
 // Stats returns the counts so far.
 func (s *Symbolizer) Stats() Stats {
 	st := &s.stats
+	// One load of expired, so that Evicted-Expired never goes back.
+	expired := st.expired.Load()
 	return Stats{
-		Parsed: st.parsed.Load(), Evicted: st.evicted.Load(),
+		Parsed: st.parsed.Load(), Evicted: st.evicted.Load() + expired, Expired: expired,
 		DebugFiles: st.debugFiles.Load(), DebuginfodFiles: st.debuginfodFiles.Load(),
 		DebuginfodRequests: st.debuginfodRequests.Load(),
 		RejectedBuildID:    st.rejBuildID.Load(), RejectedCRC: st.rejCRC.Load(),

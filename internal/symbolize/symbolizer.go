@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Options configures a Symbolizer.
@@ -40,11 +41,23 @@ type Options struct {
 	// DWARFSpillBytes bounds the files in DWARFSpillDir; the least
 	// recently used go first. Zero means 256 MiB.
 	DWARFSpillBytes int64
+	// IdleTimeout drops, at the next Trim, objects no lookup opened for
+	// that long, so that the tables of programs that came and went (a
+	// compiler run, a batch job) do not stay until the bounds push them
+	// out. Zero means DefaultIdleTimeout; negative keeps them.
+	IdleTimeout time.Duration
+	// Now is the clock of IdleTimeout; nil means time.Now.
+	Now func() time.Time
 	// Pclntabs, when set, shares Go pclntabs with other caches of the
 	// same binaries (the unwind tables); nil gives the Symbolizer a store
 	// of its own, which Pclntabs returns.
 	Pclntabs *Pclntabs
 }
+
+// DefaultIdleTimeout is how long a parsed object stays unused before Trim
+// drops it: a few reports' worth, so a program sampled now and then keeps
+// its tables, while one that exited gives them back within minutes.
+const DefaultIdleTimeout = 5 * time.Minute
 
 // Mode says how much symbolization happens on this machine.
 type Mode int
@@ -110,11 +123,13 @@ type objectEntry struct {
 	err  error
 	// size is the object's estimated memory once parsed, without the
 	// shared pclntab; evicted is set when the entry left the cache;
-	// claimed while the entry holds a claim on its object's pclntab. All
-	// are guarded by Symbolizer.mu.
+	// claimed while the entry holds a claim on its object's pclntab;
+	// used is when Open last returned it. All are guarded by
+	// Symbolizer.mu.
 	size    int64
 	evicted bool
 	claimed bool
+	used    time.Time
 }
 
 // fileIdentity is what Open learnt about one file version.
@@ -136,6 +151,12 @@ func New(log *slog.Logger, opts Options) *Symbolizer {
 	}
 	if opts.DebugDirs == nil {
 		opts.DebugDirs = []string{"/usr/lib/debug"}
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.Pclntabs == nil {
 		opts.Pclntabs = NewPclntabs()
@@ -186,6 +207,7 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	s.mu.Lock()
 	if fid, ok := s.files.get(st); ok {
 		if e, ok := s.objects.get(fid.key); ok {
+			e.used = s.opts.Now()
 			s.mu.Unlock()
 			<-e.done
 			if !s.debugArrived(e) {
@@ -220,6 +242,7 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	s.files.put(st, fileIdentity{id: id, key: key})
 	e, ok := s.objects.get(key)
 	if ok {
+		e.used = s.opts.Now()
 		s.mu.Unlock()
 		<-e.done
 		if !s.debugArrived(e) {
@@ -234,11 +257,11 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 		}
 	}
 	if old, ok := s.objects.get(key); ok {
-		s.dropLocked(old)
+		s.dropLocked(old, false)
 	}
-	e = &objectEntry{key: key, done: make(chan struct{})}
+	e = &objectEntry{key: key, done: make(chan struct{}), used: s.opts.Now()}
 	if ev, evicted := s.objects.put(key, e); evicted {
-		s.dropLocked(ev.val)
+		s.dropLocked(ev.val, false)
 		s.log.Debug("evict symbol table", "key", ev.key)
 	}
 	s.mu.Unlock()
@@ -269,8 +292,8 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	return e.obj, nil
 }
 
-// dropLocked accounts for an entry leaving the cache.
-func (s *Symbolizer) dropLocked(e *objectEntry) {
+// dropLocked accounts for an entry leaving the cache, idle or pushed out.
+func (s *Symbolizer) dropLocked(e *objectEntry, idle bool) {
 	if e.evicted {
 		return
 	}
@@ -280,7 +303,11 @@ func (s *Symbolizer) dropLocked(e *objectEntry) {
 		e.claimed = false
 		s.pcln.Release(e.key)
 	}
-	s.stats.evicted.Add(1)
+	if idle {
+		s.stats.expired.Add(1)
+	} else {
+		s.stats.evicted.Add(1)
+	}
 }
 
 // boundLocked evicts the least recently used objects over MaxBytes,
@@ -288,16 +315,36 @@ func (s *Symbolizer) dropLocked(e *objectEntry) {
 func (s *Symbolizer) boundLocked() {
 	for s.bytes+s.pcln.Charged() > s.opts.MaxBytes && s.objects.len() > 1 {
 		ev := s.objects.removeOldest()
-		s.dropLocked(ev.val)
+		s.dropLocked(ev.val, false)
 		s.log.Debug("evict symbol table over the byte bound", "key", ev.key)
 	}
 }
 
+// expireLocked drops the objects Open has not returned for IdleTimeout.
+// The LRU's order is that of use, so they are all at its back.
+func (s *Symbolizer) expireLocked() {
+	if s.opts.IdleTimeout < 0 {
+		return
+	}
+	cutoff := s.opts.Now().Add(-s.opts.IdleTimeout)
+	for el := s.objects.order.Back(); el != nil; el = s.objects.order.Back() {
+		k := el.Value.(string)
+		e := s.objects.vals[k]
+		if !e.used.Before(cutoff) {
+			return
+		}
+		s.objects.removeOldest()
+		s.dropLocked(e, true)
+		s.log.Debug("drop idle symbol table", "key", k, "idle", s.opts.Now().Sub(e.used))
+	}
+}
+
 // Trim releases the DWARF section data that lookups loaded, keeping the
-// tables built from it, and accounts for what the objects hold now,
-// evicting the least recently used over MaxBytes. Call it after a batch
-// of lookups (the agent does after every report): the next batch loads
-// the data again only for compile units it has not seen.
+// tables built from it, drops the objects idle for IdleTimeout, and
+// accounts for what the objects hold now, evicting the least recently
+// used over MaxBytes. Call it after a batch of lookups (the agent does
+// after every report): the next batch loads the data again only for
+// compile units it has not seen.
 func (s *Symbolizer) Trim() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -316,6 +363,7 @@ func (s *Symbolizer) Trim() {
 		s.bytes += n - e.size
 		e.size = n
 	}
+	s.expireLocked()
 	// Also after nothing was parsed: another holder may have passed the
 	// charge of a shared pclntab on to this one.
 	s.boundLocked()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
@@ -37,6 +38,12 @@ type CacheOptions struct {
 	// The most recent table stays whatever its size. Zero means
 	// DefaultCacheBytes.
 	MaxBytes int64
+	// IdleTimeout drops, at the next Trim, tables that Table has not
+	// returned for that long. Zero means DefaultIdleTimeout; negative
+	// keeps them.
+	IdleTimeout time.Duration
+	// Now is the clock of IdleTimeout; nil means time.Now.
+	Now func() time.Time
 	// Pclntabs shares Go pclntabs with the symbolizer
 	// (symbolize.Symbolizer.Pclntabs); nil keeps a store of the cache's
 	// own.
@@ -49,14 +56,21 @@ type cacheEntry struct {
 	table *Table
 	err   error
 	// size is counted in Cache.bytes once the table is read; claimed
-	// while the entry holds a claim on the table's pclntab. Both are
-	// guarded by Cache.mu.
+	// while the entry holds a claim on the table's pclntab; used is when
+	// Table last returned the entry. All are guarded by Cache.mu.
 	size    int64
 	claimed bool
+	used    time.Time
 }
 
 // DefaultCacheBytes is the section data a Cache keeps at most.
 const DefaultCacheBytes = 24 << 20
+
+// DefaultIdleTimeout is how long a table stays unused before Trim drops
+// it. The leaf fixer remembers the rule at each hot ip, so a table is
+// used only for ips not seen before: one idle this long belongs to a
+// program that is gone or whose hot code is all known.
+const DefaultIdleTimeout = 5 * time.Minute
 
 // NewCache returns a cache of tables.
 func NewCache(log *slog.Logger, opts CacheOptions) *Cache {
@@ -65,6 +79,12 @@ func NewCache(log *slog.Logger, opts CacheOptions) *Cache {
 	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultCacheBytes
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.Pclntabs == nil {
 		opts.Pclntabs = symbolize.NewPclntabs()
@@ -104,6 +124,24 @@ func (c *Cache) remove(el *list.Element) {
 	}
 }
 
+// Trim drops the tables idle for IdleTimeout, and applies the byte bound
+// again: another holder of a shared pclntab may have passed its charge
+// on to this cache. Call it now and then (the agent does after every
+// report).
+func (c *Cache) Trim() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opts.IdleTimeout >= 0 {
+		cutoff := c.opts.Now().Add(-c.opts.IdleTimeout)
+		// The list's order is that of use: the idle are at its back.
+		for el := c.order.Back(); el != nil && el.Value.(*cacheEntry).used.Before(cutoff); el = c.order.Back() {
+			c.log.Debug("drop idle unwind table", "key", el.Value.(*cacheEntry).key)
+			c.remove(el)
+		}
+	}
+	c.evict()
+}
+
 // Bytes reports the section data the cached tables hold, counting the
 // pclntabs shared with the symbolizer only when this cache pays for them.
 func (c *Cache) Bytes() int64 {
@@ -118,14 +156,16 @@ func (c *Cache) Bytes() int64 {
 // parse; a failed parse is remembered until evicted.
 func (c *Cache) Table(key, openPath string) (*Table, error) {
 	c.mu.Lock()
+	now := c.opts.Now()
 	if el, ok := c.items[key]; ok {
 		c.order.MoveToFront(el)
 		e := el.Value.(*cacheEntry)
+		e.used = now
 		c.mu.Unlock()
 		<-e.done
 		return e.table, e.err
 	}
-	e := &cacheEntry{key: key, done: make(chan struct{})}
+	e := &cacheEntry{key: key, done: make(chan struct{}), used: now}
 	c.items[key] = c.order.PushFront(e)
 	c.evict()
 	c.mu.Unlock()

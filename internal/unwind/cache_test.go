@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
@@ -86,6 +87,50 @@ func TestCacheBytes(t *testing.T) {
 	c.SetMaxBytes(1)
 	if c.Len() != 1 {
 		t.Errorf("the most recent table was evicted: %d tables", c.Len())
+	}
+}
+
+// fakeClock is a settable clock for the idle timeout.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time      { return c.t }
+func (c *fakeClock) add(d time.Duration) { c.t = c.t.Add(d) }
+
+// TestCacheIdle checks that Trim drops the tables Table has not returned
+// for the idle timeout, and only those.
+func TestCacheIdle(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	c := NewCache(nil, CacheOptions{IdleTimeout: 5 * time.Minute, Now: clock.now})
+	if _, err := c.Table("go", fixture("goprog")); err != nil {
+		t.Fatal(err)
+	}
+	clock.add(3 * time.Minute)
+	b, err := c.Table("c", fixture("chain-clang"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.add(2*time.Minute + time.Second)
+	c.Trim()
+	if c.Len() != 1 || c.Bytes() != b.Size() {
+		t.Fatalf("after goprog idled 5m1s: %d tables, %d bytes; want chain-clang's alone, %d bytes", c.Len(), c.Bytes(), b.Size())
+	}
+	if _, err := c.Table("go", "/nonexistent"); err == nil {
+		t.Error("the idle table was served without reading the file")
+	}
+	// A lookup renews a table.
+	clock.add(2 * time.Minute)
+	if again, _ := c.Table("c", "/nonexistent"); again != b {
+		t.Error("chain-clang was read again")
+	}
+	clock.add(4 * time.Minute)
+	c.Trim()
+	if _, ok := c.items["c"]; !ok {
+		t.Error("chain-clang, used 4m ago, was dropped")
+	}
+	clock.add(2 * time.Minute)
+	c.Trim()
+	if c.Len() != 0 || c.Bytes() != 0 {
+		t.Errorf("everything idle: %d tables, %d bytes left", c.Len(), c.Bytes())
 	}
 }
 
