@@ -80,8 +80,14 @@ type Export struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// QueueSize is how many batches wait per endpoint while the collector
 	// is unreachable; beyond it the oldest are dropped and counted.
-	QueueSize int   `yaml:"queue_size"`
-	Retry     Retry `yaml:"retry"`
+	QueueSize int `yaml:"queue_size"`
+	// QueueMiB bounds the encoded size of the batches waiting per
+	// endpoint as well, in MiB: reports grow with the processes and the
+	// sampling rate, and the count alone would let an outage take
+	// QueueSize times the largest. Beyond it the oldest are dropped and
+	// counted as for QueueSize; the newest batch waits whatever its size.
+	QueueMiB int   `yaml:"queue_mib"`
+	Retry    Retry `yaml:"retry"`
 	// ShutdownTimeout bounds the final flush on SIGTERM/SIGINT.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -169,6 +175,7 @@ func Default() Config {
 			ReportInterval:  10 * time.Second,
 			Timeout:         10 * time.Second,
 			QueueSize:       60,
+			QueueMiB:        8,
 			Retry:           Retry{InitialInterval: time.Second, MaxInterval: 30 * time.Second, MaxElapsed: 5 * time.Minute},
 			ShutdownTimeout: 5 * time.Second,
 		},
@@ -326,6 +333,9 @@ func (e *Export) validate() error {
 	}
 	if e.QueueSize < 1 {
 		return fmt.Errorf("queue size must be at least 1, got %d", e.QueueSize)
+	}
+	if e.QueueMiB < 1 || e.QueueMiB > 4096 {
+		return fmt.Errorf("export queue_mib %d out of range 1..4096", e.QueueMiB)
 	}
 	return nil
 }

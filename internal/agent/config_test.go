@@ -45,6 +45,7 @@ export:
   report_interval: 30s
   timeout: 3s
   queue_size: 7
+  queue_mib: 3
   retry:
     initial_interval: 2s
     max_interval: 20s
@@ -85,6 +86,7 @@ func TestParseArgsFile(t *testing.T) {
 			ReportInterval:  30 * time.Second,
 			Timeout:         3 * time.Second,
 			QueueSize:       7,
+			QueueMiB:        3,
 			Retry:           Retry{InitialInterval: 2 * time.Second, MaxInterval: 20 * time.Second, MaxElapsed: time.Minute},
 			ShutdownTimeout: 9 * time.Second,
 		},
@@ -213,6 +215,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{"bad yaml", nil, nil, "export: [\n", "parse config"},
 		{"wrong type", nil, nil, "frequency: fast\n", "parse config"},
 		{"queue size", nil, nil, "export:\n  queue_size: 0\n", "queue size must be at least 1"},
+		{"queue bytes", nil, nil, "export:\n  queue_mib: 0\n", "queue_mib 0 out of range 1..4096"},
+		{"queue bytes from env", nil, map[string]string{"SPANPROF_QUEUE_MIB": "5000"}, "", "queue_mib 5000 out of range 1..4096"},
 		{"symbol cache", nil, nil, "symbolization:\n  cache_mib: 0\n", "cache_mib 0: want at least 1"},
 		{"gc percent", nil, nil, "memory:\n  gc_percent: 5\n", "gc_percent 5 out of range"},
 		{"memory limit", nil, nil, "memory:\n  limit_mib: -1\n", "limit_mib -1 is negative"},

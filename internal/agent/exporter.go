@@ -59,9 +59,10 @@ func newBatch(p *profile.Profile, agg *profile.Aggregate, n int) (Batch, error) 
 func (b Batch) Size() int { return len(b.data) }
 
 // Exporter sends profiles to one collector. Enqueue never blocks: batches
-// wait in a bounded queue while one is in flight, and a full queue drops
-// its oldest batch (a profiler's recent past is worth more than a stale
-// one), counting it. Retryable failures back off exponentially.
+// wait in a queue bounded by count and by bytes while one is in flight,
+// and a full queue drops its oldest batches (a profiler's recent past is
+// worth more than a stale one), counting them. Retryable failures back
+// off exponentially.
 type Exporter struct {
 	endpoint string
 	conn     *grpc.ClientConn
@@ -84,6 +85,9 @@ type Exporter struct {
 	mu       sync.Mutex
 	queue    []Batch
 	draining bool
+	// queueBytes is the encoded size of the queued batches, bounded by
+	// maxQueueBytes (but the newest batch always waits).
+	queueBytes, maxQueueBytes int
 	// Queue-full drops are logged at most once a minute, with a count.
 	dropLogged time.Time
 	dropsQuiet int
@@ -136,8 +140,10 @@ func NewExporter(endpoint string, cfg Export, m *Metrics, log *slog.Logger) (*Ex
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		flushing: make(chan struct{}),
+
+		maxQueueBytes: cfg.QueueMiB << 20,
 	}
-	m.queueLength.WithLabelValues(endpoint).Set(0)
+	m.setQueue(endpoint, 0, 0)
 	go e.loop()
 	return e, nil
 }
@@ -194,27 +200,27 @@ func (e *Exporter) Enqueue(b Batch) {
 		e.drop(DropShutdown, b.Samples)
 		return
 	}
-	dropped := -1
-	if len(e.queue) >= e.cfg.QueueSize {
-		dropped = e.queue[0].Samples
-		e.queue[0] = Batch{}
-		e.queue = e.queue[1:]
-	}
 	e.queue = append(e.queue, b)
-	e.m.queueLength.WithLabelValues(e.endpoint).Set(float64(len(e.queue)))
+	e.queueBytes += b.Size()
+	var dropped []int // samples of each batch dropped
+	for len(e.queue) > 1 && (len(e.queue) > e.cfg.QueueSize || e.queueBytes > e.maxQueueBytes) {
+		dropped = append(dropped, e.pop().Samples)
+	}
+	e.m.setQueue(e.endpoint, len(e.queue), e.queueBytes)
 	logDrops := 0
-	if dropped >= 0 {
-		e.dropsQuiet++
+	if len(dropped) > 0 {
+		e.dropsQuiet += len(dropped)
 		if time.Since(e.dropLogged) >= time.Minute {
 			logDrops, e.dropsQuiet, e.dropLogged = e.dropsQuiet, 0, time.Now()
 		}
 	}
 	e.mu.Unlock()
-	if dropped >= 0 {
-		e.drop(DropQueueFull, dropped)
+	for _, n := range dropped {
+		e.drop(DropQueueFull, n)
 	}
 	if logDrops > 0 {
-		e.log.Warn("export queue full, dropping the oldest batches", "dropped_batches", logDrops, "queue_size", e.cfg.QueueSize)
+		e.log.Warn("export queue full, dropping the oldest batches", "dropped_batches", logDrops,
+			"queue_size", e.cfg.QueueSize, "queue_mib", e.cfg.QueueMiB)
 	}
 	select {
 	case e.wake <- struct{}{}:
@@ -222,11 +228,28 @@ func (e *Exporter) Enqueue(b Batch) {
 	}
 }
 
+// pop takes the oldest batch off the queue, which is not empty. Callers
+// hold e.mu.
+func (e *Exporter) pop() Batch {
+	b := e.queue[0]
+	e.queue[0] = Batch{}
+	e.queue = e.queue[1:]
+	e.queueBytes -= b.Size()
+	return b
+}
+
 // QueueLen returns how many batches wait, not counting the one in flight.
 func (e *Exporter) QueueLen() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.queue)
+}
+
+// QueueBytes returns the encoded size of the batches that wait.
+func (e *Exporter) QueueBytes() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.queueBytes
 }
 
 // Shutdown sends what is queued until ctx ends, then drops the rest
@@ -253,8 +276,8 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	e.cancel()
 	e.mu.Lock()
 	rest := e.queue
-	e.queue = nil
-	e.m.queueLength.WithLabelValues(e.endpoint).Set(0)
+	e.queue, e.queueBytes = nil, 0
+	e.m.setQueue(e.endpoint, 0, 0)
 	e.mu.Unlock()
 	for _, b := range rest {
 		e.drop(DropShutdown, b.Samples)
@@ -288,10 +311,8 @@ func (e *Exporter) next() (Batch, bool) {
 		}
 		e.mu.Lock()
 		if len(e.queue) > 0 {
-			b := e.queue[0]
-			e.queue[0] = Batch{}
-			e.queue = e.queue[1:]
-			e.m.queueLength.WithLabelValues(e.endpoint).Set(float64(len(e.queue)))
+			b := e.pop()
+			e.m.setQueue(e.endpoint, len(e.queue), e.queueBytes)
 			e.mu.Unlock()
 			return b, true
 		}

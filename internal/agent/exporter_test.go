@@ -203,6 +203,61 @@ func TestExporterCollectorDownThenUp(t *testing.T) {
 	waitFor(t, "queue empty", time.Second, func() bool { return value(t, m.queueLength.WithLabelValues(addr)) == 0 })
 }
 
+// TestExporterQueueBytes: the queue is bounded by the encoded size of
+// its batches as well as by their count. Past the byte bound the oldest
+// waiting batches are dropped and counted as queue-full drops; a batch
+// over the bound on its own still waits.
+func TestExporterQueueBytes(t *testing.T) {
+	addr := freeAddr(t)
+	e, m := newTestExporter(t, addr, fastExport()) // 60 batches may wait
+	failures := func() float64 { return value(t, m.exportRequests.WithLabelValues(addr, codes.Unavailable.String())) }
+
+	e.Enqueue(testBatch(t, 1, 10)) // in flight, failing
+	waitFor(t, "first failure", 5*time.Second, func() bool { return failures() >= 1 })
+	batches := map[uint32]Batch{}
+	for pid := uint32(2); pid <= 7; pid++ {
+		batches[pid] = testBatch(t, pid, 10)
+	}
+	// Room for two batches of these.
+	e.mu.Lock()
+	e.maxQueueBytes = batches[5].Size() + batches[6].Size()
+	e.mu.Unlock()
+	for pid := uint32(2); pid <= 6; pid++ {
+		e.Enqueue(batches[pid])
+	}
+	// In flight 1; queued 5, 6; 2, 3 and 4 dropped as the oldest.
+	wantBytes := batches[5].Size() + batches[6].Size()
+	if n, b := e.QueueLen(), e.QueueBytes(); n != 2 || b != wantBytes {
+		t.Fatalf("queue holds %d batches, %d bytes; want 2, %d", n, b, wantBytes)
+	}
+	if v := value(t, m.queueBytes.WithLabelValues(addr)); v != float64(wantBytes) {
+		t.Errorf("queue bytes gauge = %v, want %d", v, wantBytes)
+	}
+	if v := value(t, m.droppedBatches.WithLabelValues(addr, DropQueueFull)); v != 3 {
+		t.Errorf("dropped batches = %v, want 3", v)
+	}
+	if v := value(t, m.droppedSamples.WithLabelValues(addr, DropQueueFull)); v != 30 {
+		t.Errorf("dropped samples = %v, want 30", v)
+	}
+	// A bound below one batch: the newest waits alone.
+	e.mu.Lock()
+	e.maxQueueBytes = 1
+	e.mu.Unlock()
+	e.Enqueue(batches[7])
+	if n, b := e.QueueLen(), e.QueueBytes(); n != 1 || b != batches[7].Size() {
+		t.Errorf("queue holds %d batches, %d bytes; want the newest alone, %d bytes", n, b, batches[7].Size())
+	}
+	if v := value(t, m.droppedBatches.WithLabelValues(addr, DropQueueFull)); v != 5 {
+		t.Errorf("dropped batches = %v, want 5", v)
+	}
+
+	col := startFakeCollector(t, addr, nil)
+	if s := fmtPIDs(col.waitReceived(t, 2, 10*time.Second)); s != "[1 7]" {
+		t.Errorf("batches arrived for pids %s, want [1 7]", s)
+	}
+	waitFor(t, "queue empty", time.Second, func() bool { return value(t, m.queueBytes.WithLabelValues(addr)) == 0 })
+}
+
 func TestExporterShutdown(t *testing.T) {
 	t.Run("flushes the queue", func(t *testing.T) {
 		col := startFakeCollector(t, "127.0.0.1:0", nil)

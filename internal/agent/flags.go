@@ -187,6 +187,7 @@ func applyEnv(cfg *Config, env LookupEnv) error {
 		"SPANPROF_FREQUENCY":         &cfg.Frequency,
 		"SPANPROF_GO_WAIT_FREQUENCY": &cfg.GoWaitFrequency,
 		"SPANPROF_QUEUE_SIZE":        &cfg.Export.QueueSize,
+		"SPANPROF_QUEUE_MIB":         &cfg.Export.QueueMiB,
 	}
 	for k, p := range ints {
 		if v, ok := env(k); ok {

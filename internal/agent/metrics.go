@@ -37,6 +37,7 @@ type Metrics struct {
 	exportedSamples  *prometheus.CounterVec
 	rejectedProfiles *prometheus.CounterVec
 	queueLength      *prometheus.GaugeVec
+	queueBytes       *prometheus.GaugeVec
 	droppedBatches   *prometheus.CounterVec
 	droppedSamples   *prometheus.CounterVec
 	reports          prometheus.Counter
@@ -75,6 +76,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "spanprof_export_queue_length",
 			Help: "Batches waiting to be sent, not counting the one in flight.",
 		}, []string{"endpoint"}),
+		queueBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spanprof_export_queue_bytes",
+			Help: "Encoded size of the batches waiting to be sent, not counting the one in flight.",
+		}, []string{"endpoint"}),
 		droppedBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spanprof_export_dropped_batches_total",
 			Help: "Batches never delivered, by reason.",
@@ -108,10 +113,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.exportRequests, m.exportDuration, m.exportedBatches, m.exportedSamples,
-			m.rejectedProfiles, m.queueLength, m.droppedBatches, m.droppedSamples,
+			m.rejectedProfiles, m.queueLength, m.queueBytes, m.droppedBatches, m.droppedSamples,
 			m.reports, m.reportSamples, m.buildDuration, m.reportBytes, m.filtered)
 	}
 	return m
+}
+
+func (m *Metrics) setQueue(endpoint string, batches, bytes int) {
+	m.queueLength.WithLabelValues(endpoint).Set(float64(batches))
+	m.queueBytes.WithLabelValues(endpoint).Set(float64(bytes))
 }
 
 func (m *Metrics) drop(endpoint, reason string, samples int) {
