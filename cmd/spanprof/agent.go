@@ -61,9 +61,25 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := agent.Options{Logger: log, Registry: reg, Correlator: watch, Tracker: tracker}
+	var gw *gowait.Sampler
 	if cfg.OffCPU && cfg.GoWaitFrequency > 0 {
-		// Goroutine waits park no thread: sample them from outside.
-		gw := gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log})
+		// Goroutine waits park no thread: sample them from outside. The
+		// agent's tracker forgets the processes that exited after every
+		// report; a private one would keep every Go process ever sampled.
+		gw = gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log, Tracker: tracker})
+		opts.GoWait = gw
+	}
+	a, err := agent.New(cfg, s, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
+		return 1
+	}
+	if gw != nil {
+		// One symbol cache for both: the Go binaries whose goroutines are
+		// sampled are the ones the reports symbolize anyway, and the
+		// agent's cache is bounded by symbolization.cache_mib and emptied
+		// of idle binaries after every report.
+		gw.SetSymbolizer(a.Symbolizer())
 		for _, pid := range cfg.Processes.PIDs {
 			_ = gw.Add(uint32(pid)) // not Go, or gone: nothing to sample
 		}
@@ -73,12 +89,6 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 			go gw.Discover(gctx, 5*time.Second)
 		}
 		go gw.Run(gctx)
-		opts.GoWait = gw
-	}
-	a, err := agent.New(cfg, s, opts)
-	if err != nil {
-		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)
-		return 1
 	}
 	// Named targets are inspected before the first sample so that their
 	// first samples already carry span ids.

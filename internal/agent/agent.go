@@ -214,6 +214,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 	return a, nil
 }
 
+// Symbolizer returns the symbolizer the agent builds its reports with,
+// for the goroutine-wait sampler to share (gowait.Sampler.SetSymbolizer).
+func (a *Agent) Symbolizer() *symbolize.Symbolizer { return a.sym }
+
 func (a *Agent) closeExporters() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // nothing was queued: close at once

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 var (
@@ -123,4 +125,24 @@ func TestSampleService(t *testing.T) {
 	<-done
 	checkAttribution(t, readTruth(t, truthPath), s.Drain())
 	t.Logf("stats %+v", s.Stats())
+}
+
+// TestSetSymbolizer checks that the sampler symbolizes with the
+// symbolizer it is given (the agent's), not its private one.
+func TestSetSymbolizer(t *testing.T) {
+	requirePtrace(t)
+	cmd, _ := startService(t, "-duration", "10s")
+	s := New(Options{})
+	sym := symbolize.New(nil, symbolize.Options{})
+	s.SetSymbolizer(sym)
+	if err := s.Add(uint32(cmd.Process.Pid)); err != nil {
+		t.Fatal(err)
+	}
+	s.SampleOnce(time.Now())
+	if st := s.Stats(); st.Waiting == 0 {
+		t.Fatalf("no parked goroutine read: %+v", st)
+	}
+	if sym.Len() == 0 || sym.Stats().Parsed == 0 {
+		t.Errorf("the given symbolizer parsed nothing (%d objects): the sampler used another", sym.Len())
+	}
 }

@@ -141,6 +141,15 @@ func (s *Sampler) Add(pid uint32) error {
 	return nil
 }
 
+// SetSymbolizer makes the sampler symbolize with sym from now on: the
+// agent's, so that the Go binaries it samples are parsed, bounded and
+// dropped once idle in one cache rather than in a private one as well.
+func (s *Sampler) SetSymbolizer(sym *symbolize.Symbolizer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.Symbolizer = sym
+}
+
 // Remove stops sampling pid.
 func (s *Sampler) Remove(pid uint32) {
 	s.mu.Lock()
