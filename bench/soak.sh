@@ -24,6 +24,8 @@
 # then deleted. Each is a new 30 MB Go binary to the agent's symbol and
 # unwind caches, and the earlier ones are never seen again: what the
 # caches keep of them must stay bounded and go once they are idle.
+# BIG_UNTIL (seconds, default DURATION) starts the last of them earlier,
+# to watch the agent's RSS come back once they are idle (5 minutes).
 #
 # SPANPROF_MEMPROFILE=FILE in the environment makes the agent write its
 # heap profile there when the run ends (go tool pprof -top FILE).
@@ -42,6 +44,7 @@ METRICS=${METRICS:-127.0.0.1:19464}
 GROWTH_PCT=${GROWTH_PCT:-25}
 BIG_EVERY=${BIG_EVERY:-90}
 BIG_FOR=${BIG_FOR:-20}
+BIG_UNTIL=${BIG_UNTIL:-$DURATION}
 cd "$(dirname "$0")/.."
 
 die() { echo "bench/soak.sh: $*" >&2; exit 1; }
@@ -83,7 +86,7 @@ pids+=($!)
 big() {
 	local gen=0 bin until
 	SECONDS=0
-	while [ "$SECONDS" -lt "$DURATION" ]; do
+	while [ "$SECONDS" -lt "$BIG_UNTIL" ]; do
 		gen=$((gen + 1))
 		bin=$tmp/big-$gen
 		CGO_ENABLED=0 "$GO" build -o "$bin" -ldflags "-B 0x$(printf '%08x%032x' $$ "$gen")" ./cmd/spanprof ||
