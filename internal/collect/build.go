@@ -86,9 +86,10 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 		if _, ok := prof.Processes[pid]; !ok {
 			prof.Processes[pid] = b.process(pid)
 		}
-		var img *proc.Process
-		if image != 0 {
-			img = k.images[image-1]
+		// A replaced image is symbolized as it was, like a pinned one.
+		img := imageOf(opts.Tracker, k.images, pid, image)
+		if img != nil {
+			b.pinned[img] = true
 		}
 		frames, cut := b.frames(pid, img, kern, user)
 		trimmed := trimTracing(frames)

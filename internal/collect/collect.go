@@ -200,12 +200,30 @@ func (c *Collector) Add(r *sampler.Record) {
 	}
 	p := img
 	if p == nil {
-		p = c.opts.Tracker.Get(r.PID)
+		p = c.opts.Tracker.GetAt(r.PID, r.Time)
 	}
 	user, recovered := c.fixLeaf(p, r)
-	if surplus := c.keep(r, user, recovered, orig, img); surplus != nil {
+	if surplus := c.keep(r, user, recovered, orig, img, p.Gen()); surplus != nil {
 		c.opts.Tracker.Unpin(surplus)
 	}
+}
+
+// imageGen marks a stack's image number as the generation of its pid's
+// image in the tracker (proc.Process.Gen); below it, image i is the pinned
+// images[i-1].
+const imageGen = 1 << 31
+
+// image returns the image a stack's user frames belong to: a pinned one, an
+// image of its pid an exec has replaced since, or nil for the tracker's
+// entry of pid.
+func imageOf(t *proc.Tracker, pinned []*proc.Process, pid, image uint32) *proc.Process {
+	if image&imageGen != 0 {
+		return t.Image(pid, image&^imageGen)
+	}
+	if image != 0 {
+		return pinned[image-1]
+	}
+	return nil
 }
 
 // fixLeaf returns r's user stack with the caller of a frameless leaf put
@@ -229,9 +247,10 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 }
 
 // keep stores the sample of r with the given user stack, against img when
-// it is pinned (a copy of the tracker's orig). It returns img when the
-// interval holds a copy of orig already, for the caller to unpin.
-func (c *Collector) keep(r *sampler.Record, user []uint64, recovered bool, orig, img *proc.Process) (surplus *proc.Process) {
+// it is pinned (a copy of the tracker's orig), else against the image of
+// its pid that gen names. It returns img when the interval holds a copy of
+// orig already, for the caller to unpin.
+func (c *Collector) keep(r *sampler.Record, user []uint64, recovered bool, orig, img *proc.Process, gen uint32) (surplus *proc.Process) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Samples++
@@ -244,7 +263,7 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, recovered bool, orig,
 	if r.PreExec {
 		c.stats.PreExec++
 	}
-	var image uint32
+	image := imageGen | gen
 	if img != nil {
 		c.stats.PreExecAttributed++
 		image = c.imageIDs[orig]
@@ -306,10 +325,8 @@ func (c *Collector) Prepare() {
 	var buf []uint64
 	for id := range c.stacks.len() {
 		pid, image, _, user := c.stacks.stack(uint32(id), &buf)
-		var p *proc.Process
-		if image != 0 {
-			p = c.images[image-1]
-		} else {
+		p := imageOf(c.opts.Tracker, c.images, pid, image)
+		if p == nil {
 			p = c.opts.Tracker.Get(pid)
 		}
 		for _, a := range user {

@@ -122,7 +122,9 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 		{"read before, exec reported first", true, true, true, "leafMarker callerMarker outerMarker", 1},
 		{"never read: the parent's image", false, true, true, "leafMarker callerMarker outerMarker", 1},
 		{"never read, exec reported after", false, false, true, "leafMarker callerMarker outerMarker", 1},
-		{"not flagged: the image after", true, true, false, "", 0},
+		// Taken before the exec, so of the image before, flagged or not
+		// (a sample of the old image handled after the exec was reported).
+		{"not flagged, taken before the exec", true, true, false, "leafMarker callerMarker outerMarker", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -242,5 +244,53 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 	}
 	if len(c.images) != 0 {
 		t.Errorf("%d images still pinned after the report", len(c.images))
+	}
+}
+
+// TestPIDReusedInOneReport: under churn a pid is reused within a report
+// (record keeps every process until its one report, and 1,000 processes a
+// second wrap a 32,768 pid space in half a minute). The samples of the
+// earlier process are symbolized against its image, not the later one's.
+func TestPIDReusedInOneReport(t *testing.T) {
+	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
+	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
+	const pid = 100
+	for _, execFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exec reported first %v", execFirst), func(t *testing.T) {
+			fp := newFakeProcs(t)
+			tr := proc.NewTracker(fp.root, nil)
+			defer tr.Close()
+			fp.write(pid, true) // the first process: this test binary's image
+			c := New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true})
+			sample := func(at time.Time) *sampler.Record {
+				return &sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "churn", Time: at, Value: 1,
+					UserStack: []uint64{leaf, outer}}
+			}
+			c.Add(sample(time.Now())) // read at first sight
+			late := sample(time.Now())
+			c.ProcEvent(sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()})
+			time.Sleep(time.Millisecond)
+			fp.write(pid, false) // the pid's next process: another image
+			exec := sampler.ProcEvent{PID: pid, Time: time.Now()}
+			if execFirst {
+				tr.Exec(pid, exec.Time, nil) // the reader's OnExec, ahead of the samples queued before it
+			}
+			c.Add(late)
+			c.ProcEvent(exec)
+			c.Add(sample(time.Now()))
+			prof := c.Build(time.Now())
+			if len(prof.Samples) != 3 {
+				t.Fatalf("%d samples, want 3", len(prof.Samples))
+			}
+			for i, s := range prof.Samples {
+				named := false
+				for _, f := range s.Frames {
+					named = named || strings.Contains(f.Function, "Marker")
+				}
+				if want := i < 2; named != want {
+					t.Errorf("sample %d named in the first process's image: %v, want %v (%+v)", i, named, want, s.Frames)
+				}
+			}
+		})
 	}
 }

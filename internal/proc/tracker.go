@@ -24,12 +24,16 @@ type Process struct {
 	// predates the tracker), to tell mappings captured at the exit of an
 	// earlier process of the same pid.
 	execAt time.Time
-	// before is the image that exec replaced, when the process was read
-	// before it: samples taken inside the exec still run there, and reach
-	// the collector after the exec event that replaced it (see Before).
-	// Owned by the entry in the table; released with it, or at the second
-	// ForgetExited after the exec.
+	// before is the image that exec replaced: the process as read before
+	// it (samples taken inside the exec still run there, and reach the
+	// collector after the exec event that replaced it, see Before), or an
+	// earlier process of the same pid, exited, whose samples may still wait
+	// for the report. Owned by the entry in the table; released with it,
+	// or at the second ForgetExited after the exec.
 	before *Process
+	// gen counts the images of this pid the tracker replaced since it
+	// first saw the pid: samples name their image by it (Image).
+	gen uint32
 
 	PID      uint32
 	Exe      string // path of the executable as the process sees it
@@ -153,12 +157,9 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 			return
 		}
 		delete(t.procs, pid)
-		t.releaseBefore(p)
-		if p.Exited {
-			t.release(p) // an earlier process of the same pid
-		} else {
-			before = p
-		}
+		// Live (the image before this exec) or exited (an earlier process
+		// of the same pid): samples of either may still be symbolized.
+		before = p
 	}
 	p, err := t.read(pid)
 	if err == nil && p.Exited && len(p.Mappings) == 0 {
@@ -180,7 +181,46 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	p.readAt = time.Now()
 	p.execAt = at
 	p.before = before
+	if before != nil {
+		p.gen = before.gen + 1
+	}
 	t.procs[pid] = p
+}
+
+// GetAt returns the image pid ran at time at, reading the process at first
+// sight like Get: the tracker's entry, or an image an exec after at
+// replaced (the exec is reported before the samples queued ahead of it are
+// handled, and a pid is reused by another process under churn).
+func (t *Tracker) GetAt(pid uint32, at time.Time) *Process {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.get(pid)
+	for p.before != nil && p.execAt.After(at) {
+		p = p.before
+	}
+	return p
+}
+
+// Gen names p's image of its pid for Image.
+func (p *Process) Gen() uint32 { return p.gen }
+
+// Image returns the image of pid that Gen named gen, when an exec has
+// replaced it since; nil when gen is the tracker's entry (use Get, which
+// may refresh it) or the image is gone.
+func (t *Tracker) Image(pid, gen uint32) *Process {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.procs[pid]
+	if p == nil || p.gen == gen {
+		return nil
+	}
+	for p != nil && p.gen > gen {
+		p = p.before
+	}
+	if p == nil || p.gen != gen {
+		return nil
+	}
+	return p
 }
 
 // Refresh re-reads the mappings of pid, a live process read at least
