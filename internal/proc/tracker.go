@@ -190,12 +190,13 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 // GetAt returns the image pid ran at time at, reading the process at first
 // sight like Get: the tracker's entry, or an image an exec after at
 // replaced (the exec is reported before the samples queued ahead of it are
-// handled, and a pid is reused by another process under churn).
+// handled, and a pid is reused by another process under churn). A zero at
+// (no time known) means the entry.
 func (t *Tracker) GetAt(pid uint32, at time.Time) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.get(pid)
-	for p.before != nil && p.execAt.After(at) {
+	for !at.IsZero() && p.before != nil && p.execAt.After(at) {
 		p = p.before
 	}
 	return p
