@@ -26,15 +26,7 @@ func TestOffCPUPipeWait(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 
-	s, err := New(Options{Frequency: 99, PIDs: []int{cmd.Process.Pid}, OffCPU: OffCPUOptions{Enabled: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go s.Run()
+	s := startSampler(t, Options{Frequency: 99, PIDs: []int{cmd.Process.Pid}, OffCPU: OffCPUOptions{Enabled: true}})
 
 	// The shell blocked before the program was attached; this wakes it so
 	// that its next wait is seen from the start.

@@ -40,15 +40,7 @@ func TestPreExecFlagInsideExecve(t *testing.T) {
 	self := &proc.Process{Mappings: selfMaps}
 	proc.SortMappings(self.Mappings)
 
-	s, err := New(Options{Frequency: 999})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go s.Run()
+	s := startSampler(t, Options{Frequency: 999})
 
 	children := map[uint32]bool{}
 	var recs []*Record

@@ -25,6 +25,22 @@ func cpuTime(t *testing.T, pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100
 }
 
+// startSampler loads, attaches and runs a sampler, closed when the test
+// ends.
+func startSampler(t *testing.T, opts Options) *Sampler {
+	t.Helper()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go s.Run()
+	return s
+}
+
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -42,15 +58,7 @@ func TestSamplesBusyChild(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 
-	s, err := New(Options{Frequency: 999, PIDs: []int{cmd.Process.Pid}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go s.Run()
+	s := startSampler(t, Options{Frequency: 999, PIDs: []int{cmd.Process.Pid}})
 	cpu0 := cpuTime(t, cmd.Process.Pid)
 	deadline := time.After(time.Second)
 	var n, withUser, withTop int
