@@ -71,15 +71,9 @@ func TestReliabilityPinPathTaken(t *testing.T) {
 					t.Fatalf("exit 1 without a one-line error:\n%s", text)
 				}
 				if !clear {
-					// Known gap (docs/reliability.md): the error is cilium/ebpf's
-					// "use pinned map task_trace_context: Type: Hash changed to
-					// TaskStorage ..." without the path or what to do.
-					msg := fmt.Sprintf("an incompatible map at %s is neither recovered from nor named: %q", pinPath, errLine)
-					if os.Getenv("SPANPROF_RELIABILITY_STRICT") != "" {
-						t.Error(msg)
-					} else {
-						t.Log("KNOWN GAP: " + msg)
-					}
+					// spanprof must either run (warning with the path and
+					// what to do) or fail with a line naming the path.
+					t.Errorf("an incompatible map at %s is neither recovered from nor named: %q", pinPath, errLine)
 				}
 			}
 			if tt.want != "" && !strings.Contains(text, tt.want) {
