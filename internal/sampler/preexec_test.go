@@ -74,11 +74,14 @@ func TestPreExecFlagInsideExecve(t *testing.T) {
 		}
 		return ""
 	}
+	// A kernel stack of a frame or two says nothing either way: the
+	// kernel's walk stops early in a few places (the retpoline thunks).
+	shortKernel := func(r *Record) bool { return len(r.KernStack) < 3 }
 	me := uint32(os.Getpid())
 	var flagged, inElf, inElfFlagged, childRecs int
 	for _, r := range recs {
 		if !children[r.PID] {
-			if r.PreExec && inExec(r) == "" {
+			if r.PreExec && inExec(r) == "" && !shortKernel(r) {
 				t.Errorf("pid %d (%s): flagged outside an exec, kernel stack %x", r.PID, r.Comm, r.KernStack)
 			}
 			continue
@@ -95,7 +98,7 @@ func TestPreExecFlagInsideExecve(t *testing.T) {
 			continue
 		}
 		flagged++
-		if fn == "" {
+		if fn == "" && !shortKernel(r) {
 			t.Errorf("child %d (%s): flagged outside an exec, kernel stack %x", r.PID, r.Comm, r.KernStack)
 		}
 		if r.ParentPID != me {
