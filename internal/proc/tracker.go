@@ -93,7 +93,7 @@ type Tracker struct {
 	// buf holds one procfs file at a time while read parses it (under
 	// mu): thousands of processes a second are read under churn, and
 	// only what is kept of them should allocate.
-	buf []byte
+	buf bytes.Buffer
 	// forgotAt is the time of the last ForgetExited.
 	forgotAt time.Time
 }
@@ -481,29 +481,17 @@ func (t *Tracker) readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if t.buf == nil {
-		t.buf = make([]byte, 0, 16<<10)
+	t.buf.Reset()
+	if _, err := t.buf.ReadFrom(io.LimitReader(f, maxProcFile+1)); err != nil {
+		return nil, err
 	}
-	b := t.buf[:0]
-	for {
-		if len(b) == cap(b) {
-			if len(b) >= maxProcFile {
-				return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxProcFile)
-			}
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF || (err == nil && n == 0) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	if t.buf.Len() > maxProcFile {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxProcFile)
 	}
+	b := t.buf.Bytes()
 	// A buffer grown for one huge process is not kept for the next.
-	if cap(b) <= 1<<20 {
-		t.buf = b[:0]
+	if t.buf.Cap() > 1<<20 {
+		t.buf = bytes.Buffer{}
 	}
 	return b, nil
 }
