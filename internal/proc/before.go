@@ -25,7 +25,7 @@ func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// An entry read after at may hold the new image already.
-	if p := imageAt(t.procs[pid], at); p != nil && !p.Exited && p.readAt.Before(at) {
+	if p, ok := imageAt(t.procs[pid], at); ok && !p.Exited && p.readAt.Before(at) {
 		return p
 	}
 	if parent == 0 || parent == pid {
@@ -34,7 +34,10 @@ func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 	// The parent is read at first sight, like the process of any sample:
 	// it is the same image then, unless it exec'd since.
 	cur := t.get(parent)
-	p := imageAt(cur, at)
+	p, ok := imageAt(cur, at)
+	if !ok {
+		return nil
+	}
 	if p == cur && p.Find(ip) == nil {
 		p = t.refresh(parent, parentRefreshAge)
 	}
@@ -50,14 +53,18 @@ func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 // read of its maps per interval.
 const parentRefreshAge = 100 * time.Millisecond
 
-// imageAt returns the image of the table's entry p at time at: p, or the
-// image its latest exec replaced when that exec came after at; nil when
-// unknown.
-func imageAt(p *Process, at time.Time) *Process {
-	if p != nil && p.execAt.After(at) {
-		return p.before
+// imageAt returns the image of the table's entry p at time at: p, or,
+// following the images the execs replaced, the one running at at. ok is
+// false when it is unknown: every exec known came after at, and img is the
+// oldest image known. A zero at (no time known) means p.
+func imageAt(p *Process, at time.Time) (img *Process, ok bool) {
+	for !at.IsZero() && p != nil && p.execAt.After(at) {
+		if p.before == nil {
+			return p, false
+		}
+		p = p.before
 	}
-	return p
+	return p, p != nil
 }
 
 // Pin returns a copy of p holding references of its own to p's files, so

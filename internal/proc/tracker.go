@@ -195,10 +195,7 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 func (t *Tracker) GetAt(pid uint32, at time.Time) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.get(pid)
-	for !at.IsZero() && p.before != nil && p.execAt.After(at) {
-		p = p.before
-	}
+	p, _ := imageAt(t.get(pid), at) // unknown: the oldest image known
 	return p
 }
 
