@@ -213,7 +213,7 @@ func (c *Collector) Add(r *sampler.Record) {
 // images[i-1].
 const imageGen = 1 << 31
 
-// image returns the image a stack's user frames belong to: a pinned one, an
+// imageOf returns the image a stack's user frames belong to: a pinned one, an
 // image of its pid an exec has replaced since, or nil for the tracker's
 // entry of pid.
 func imageOf(t *proc.Tracker, pinned []*proc.Process, pid, image uint32) *proc.Process {
