@@ -79,7 +79,7 @@ func TestTrackerReadsLargeProcFiles(t *testing.T) {
 		fmt.Fprintf(&maps, "%x-%x r-xp 00000000 00:00 0 \n", 0x7f0000000000+i*0x2000, 0x7f0000001000+i*0x2000)
 	}
 	env := strings.Repeat("FILLER=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\x00", 1000) + "OTEL_SERVICE_NAME=checkout\x00"
-	for name, text := range map[string]string{"maps": maps.String(), "environ": env, "comm": "svc\n"} {
+	for name, text := range map[string]string{"maps": maps.String(), "environ": env, "stat": "42 (svc) S 1 42 42 0 -1 4194560 0 0 0 0\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -87,6 +87,32 @@ func TestTrackerReadsLargeProcFiles(t *testing.T) {
 	p := NewTracker(root, nil).Get(42)
 	if len(p.Mappings) != 2000 || p.Comm != "svc" || p.Env["OTEL_SERVICE_NAME"] != "checkout" {
 		t.Fatalf("read %d mappings, comm %q, env %v; want 2000, svc, checkout", len(p.Mappings), p.Comm, p.Env)
+	}
+}
+
+// TestStatComm: the command name comes from stat, as /proc/PID/comm
+// shows it, also when it holds spaces and parentheses.
+func TestStatComm(t *testing.T) {
+	for stat, want := range map[string]string{
+		"42 (svc) S 1 42 42 0 -1 4194560\n":     "svc",
+		"42 (a) (b c) R 1 42 42 0 -1 4194560\n": "a) (b c",
+		"42 () S 1\n":                           "",
+		"garbage":                               "",
+	} {
+		if got := statComm([]byte(stat)); got != want {
+			t.Errorf("statComm(%q) = %q, want %q", stat, got, want)
+		}
+	}
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Skip(err)
+	}
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := statComm(stat), strings.TrimSuffix(string(comm), "\n"); got != want {
+		t.Errorf("statComm(/proc/self/stat) = %q, /proc/self/comm %q", got, want)
 	}
 }
 

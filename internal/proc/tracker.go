@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Process is what the tracker knows of one process.
@@ -108,6 +110,7 @@ type fileKey struct {
 type sharedFile struct {
 	f    *os.File
 	refs int
+	hdr  *elfHeader // parsed at the first exec placed from it
 }
 
 // NewTracker returns a tracker reading from procRoot (normally "/proc").
@@ -416,8 +419,13 @@ func (t *Tracker) share(key fileKey, fh *os.File) bool {
 }
 
 func (t *Tracker) read(pid uint32) (*Process, error) {
-	dir := filepath.Join(t.root, fmt.Sprint(pid))
-	b, err := t.readFile(filepath.Join(dir, "maps"))
+	dir := filepath.Join(t.root, strconv.FormatUint(uint64(pid), 10))
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read maps: %w", err)
+	}
+	defer d.close()
+	b, err := t.readFile(d, "maps")
 	if err != nil {
 		return nil, fmt.Errorf("read maps: %w", err)
 	}
@@ -426,7 +434,7 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		return nil, err
 	}
 	p := &Process{PID: pid, Mappings: ms, Files: map[uint64]*os.File{}}
-	p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
+	p.Exe, _ = d.readlink("exe")
 	if len(ms) == 0 && p.Exe == "" {
 		// A zombie (exited, not yet reaped: empty maps, no exe) or a
 		// kernel thread: nothing in user space to symbolize. Marked exited
@@ -434,19 +442,19 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		// live process without mappings.
 		p.Exited = true
 	}
-	if b, err := t.readFile(filepath.Join(dir, "stat")); err == nil && exiting(b) {
-		// Its exit may have been reported already, before this read (a
-		// sample handed over after the exit event): no exit will come to
-		// mark it, so it is marked now, its mappings kept.
-		p.Exited = true
+	if b, err := t.readFile(d, "stat"); err == nil {
+		p.Comm = statComm(b)
+		if exiting(b) {
+			// Its exit may have been reported already, before this read
+			// (a sample handed over after the exit event): no exit will
+			// come to mark it, so it is marked now, its mappings kept.
+			p.Exited = true
+		}
 	}
-	if b, err := t.readFile(filepath.Join(dir, "comm")); err == nil {
-		p.Comm = string(bytes.TrimSpace(b))
-	}
-	if b, err := t.readFile(filepath.Join(dir, "cgroup")); err == nil {
+	if b, err := t.readFile(d, "cgroup"); err == nil {
 		p.ContainerID, p.PodUID = ParseCgroup(string(b))
 	}
-	if b, err := t.readFile(filepath.Join(dir, "environ")); err == nil {
+	if b, err := t.readFile(d, "environ"); err == nil {
 		p.Env = parseEnviron(b, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
 	}
 	// Open each file once through map_files, which works for deleted and
@@ -470,20 +478,20 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 // the largest processes run to megabytes, an environment to 2 MiB.
 const maxProcFile = 64 << 20
 
-// readFile reads a procfs file into t.buf, which the next call reuses.
-// Callers hold t.mu.
-func (t *Tracker) readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// readFile reads the procfs file name of d into t.buf, which the next call
+// reuses. Callers hold t.mu.
+func (t *Tracker) readFile(d procDir, name string) ([]byte, error) {
+	fd, err := d.open(name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	t.buf.Reset()
-	if _, err := t.buf.ReadFrom(io.LimitReader(f, maxProcFile+1)); err != nil {
-		return nil, err
+	if _, err := t.buf.ReadFrom(io.LimitReader(fdReader(fd), maxProcFile+1)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	if t.buf.Len() > maxProcFile {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxProcFile)
+		return nil, fmt.Errorf("read %s: larger than %d bytes", name, maxProcFile)
 	}
 	b := t.buf.Bytes()
 	// A buffer grown for one huge process is not kept for the next.
@@ -496,6 +504,17 @@ func (t *Tracker) readFile(path string) ([]byte, error) {
 // pfExiting is the kernel's PF_EXITING task flag: set by do_exit before
 // the exit tracepoint fires.
 const pfExiting = 0x4
+
+// statComm returns the command name in /proc/PID/stat text, the one
+// /proc/PID/comm shows: between the first '(' and the last ')', since it
+// may hold spaces and parentheses itself.
+func statComm(stat []byte) string {
+	i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if i < 0 || j <= i {
+		return ""
+	}
+	return string(stat[i+1 : j])
+}
 
 // exiting reports whether /proc/PID/stat text shows a process in do_exit
 // (PF_EXITING in its flags, the ninth field) or already a zombie.
