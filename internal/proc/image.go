@@ -44,30 +44,30 @@ func (t *Tracker) synthesize(pid uint32, img *Image) (*Process, error) {
 		return nil, fmt.Errorf("no exec image")
 	}
 	p := &Process{PID: pid, Exe: img.Path, Files: map[uint64]*os.File{}, Exited: true, Partial: true}
-	exe, ok := t.shared(fileKey{dev: img.Dev, inode: img.Inode}, img.Path)
+	exeKey := fileKey{dev: img.Dev, inode: img.Inode}
+	exe, ok := t.shared(exeKey, img.Path)
 	if !ok {
 		return nil, fmt.Errorf("executable %s (inode %d) not found", img.Path, img.Inode)
 	}
-	ef, err := elf.NewFile(exe)
-	if err != nil {
+	eh := t.header(exeKey)
+	if eh.err != nil {
 		t.unref(exe)
-		return nil, fmt.Errorf("executable %s: %w", img.Path, err)
+		return nil, fmt.Errorf("executable %s: %w", img.Path, eh.err)
 	}
 	bias := uint64(0)
-	if ef.Type == elf.ET_DYN {
+	if eh.typ == elf.ET_DYN {
 		if img.Entry == 0 {
 			t.unref(exe)
 			return nil, fmt.Errorf("executable %s: no AT_ENTRY to place it", img.Path)
 		}
-		bias = img.Entry - ef.Entry
+		bias = img.Entry - eh.entry
 	}
-	t.place(p, exe, ef, bias, img.Path, img.Dev, img.Inode)
-	interp := interpreter(ef)
-	if interp != "" && img.InterpBase != 0 && img.InterpInode != 0 {
+	t.place(p, exe, eh.code, bias, img.Path, img.Dev, img.Inode)
+	if eh.interp != "" && img.InterpBase != 0 && img.InterpInode != 0 {
 		key := fileKey{dev: img.InterpDev, inode: img.InterpInode}
-		if f, ok := t.shared(key, interp); ok {
-			if lf, err := elf.NewFile(f); err == nil {
-				t.place(p, f, lf, img.InterpBase, interp, key.dev, key.inode)
+		if f, ok := t.shared(key, eh.interp); ok {
+			if lh := t.header(key); lh.err == nil {
+				t.place(p, f, lh.code, img.InterpBase, eh.interp, key.dev, key.inode)
 			} else {
 				t.unref(f)
 			}
@@ -77,15 +77,47 @@ func (t *Tracker) synthesize(pid uint32, img *Image) (*Process, error) {
 	return p, nil
 }
 
-// place adds the executable PT_LOAD segments of f, loaded at bias, to p,
-// with one reference to f per mapping it adds.
-func (t *Tracker) place(p *Process, f *os.File, ef *elf.File, bias uint64, path, dev string, inode uint64) {
+// elfHeader is what placing a file's code from an exec needs of its ELF
+// headers, parsed once per file the tracker shares: a process that lives
+// a millisecond runs what its siblings ran, and parsing the headers again
+// for each was a tenth of the agent's work under churn.
+type elfHeader struct {
+	typ    elf.Type
+	entry  uint64
+	code   []elf.ProgHeader // the executable PT_LOAD segments
+	interp string           // PT_INTERP, "" for none
+	err    error
+}
+
+// header returns the ELF headers of the shared file key, parsing them at
+// the first call. Callers hold t.mu and a reference to key's file.
+func (t *Tracker) header(key fileKey) *elfHeader {
+	sf := t.files[key]
+	if sf.hdr != nil {
+		return sf.hdr
+	}
+	h := &elfHeader{}
+	ef, err := elf.NewFile(sf.f)
+	if err != nil {
+		h.err = err
+	} else {
+		h.typ, h.entry, h.interp = ef.Type, ef.Entry, interpreter(ef)
+		for _, ph := range ef.Progs {
+			if ph.Type == elf.PT_LOAD && ph.Flags&elf.PF_X != 0 && ph.Memsz != 0 {
+				h.code = append(h.code, ph.ProgHeader)
+			}
+		}
+	}
+	sf.hdr = h
+	return h
+}
+
+// place adds the executable PT_LOAD segments code of f, loaded at bias, to
+// p, with one reference to f per mapping it adds.
+func (t *Tracker) place(p *Process, f *os.File, code []elf.ProgHeader, bias uint64, path, dev string, inode uint64) {
 	const page = 4096
 	added := 0
-	for _, ph := range ef.Progs {
-		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_X == 0 || ph.Memsz == 0 {
-			continue
-		}
+	for _, ph := range code {
 		start := (bias + ph.Vaddr) &^ (page - 1)
 		end := (bias + ph.Vaddr + ph.Memsz + page - 1) &^ (page - 1)
 		m := Mapping{Start: start, End: end, Offset: ph.Off &^ (page - 1), Dev: dev, Inode: inode, Path: path}

@@ -125,6 +125,23 @@ func TestSynthesizeMatchesMaps(t *testing.T) {
 		t.Errorf("the entry point %#x is not in the executable's mapping", img.Entry)
 	}
 
+	// A second short-lived process of the same executable is placed alike
+	// from the headers parsed for the first.
+	tr.mu.Lock()
+	hdr := tr.files[fileKey{dev: img.Dev, inode: img.Inode}].hdr
+	tr.mu.Unlock()
+	tr.Exec(uint32(pid)+1, time.Now(), img)
+	p1 := tr.Get(uint32(pid) + 1)
+	tr.mu.Lock()
+	again := tr.files[fileKey{dev: img.Dev, inode: img.Inode}].hdr
+	tr.mu.Unlock()
+	if hdr == nil || again != hdr {
+		t.Errorf("the executable's headers were parsed again for the second process")
+	}
+	if fmt.Sprint(p1.Mappings) != fmt.Sprint(p.Mappings) {
+		t.Errorf("second process placed %+v, first %+v", p1.Mappings, p.Mappings)
+	}
+
 	// A loader path naming another file than the one mapped (a
 	// container's loader seen from the host) is not placed.
 	other := *img
