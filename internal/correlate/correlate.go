@@ -66,7 +66,11 @@ type state struct {
 	scannedAt time.Time
 	scans     int
 	resolved  bool // a context source was configured
-	exited    bool
+	// configured: the programs hold a proc_config for the pid, which an
+	// exec or exit deletes. Most processes have none, and a map delete per
+	// exec was a twentieth of the agent's work under process churn.
+	configured bool
+	exited     bool
 }
 
 // New returns a watcher; call Run to process the queue.
@@ -100,8 +104,23 @@ func (w *Watcher) Scan(pid uint32) error {
 		w.attachHook(h)
 	}
 	if cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) || cfg.GoLayout != uint8(bpf.SamplerGoLabelLayoutGO_LABELS_NONE) {
+		// Marked before the write: an exec or exit that comes while it is
+		// under way then deletes what it wrote.
+		w.mu.Lock()
+		st.configured = true
+		w.mu.Unlock()
 		if err := w.k.SetProcConfig(pid, cfg); err != nil {
 			return fmt.Errorf("configure pid %d: %w", pid, err)
+		}
+		w.mu.Lock()
+		stale := w.procs[pid] != st || st.exited
+		w.mu.Unlock()
+		if stale {
+			// The pid exec'd or exited during the scan, before this
+			// write: the configuration is of an image gone. (Scans run
+			// one at a time, so it is no newer scan's.)
+			_ = w.k.DeleteProcConfig(pid)
+			return nil
 		}
 		w.stats.configured.Add(1)
 	}
@@ -199,9 +218,13 @@ func (w *Watcher) Seen(pid uint32, rescan time.Duration) {
 // Exec forgets pid: its image changed, scan it again.
 func (w *Watcher) Exec(pid uint32) {
 	w.mu.Lock()
+	st := w.procs[pid]
+	configured := st != nil && st.configured
 	delete(w.procs, pid)
 	w.mu.Unlock()
-	_ = w.k.DeleteProcConfig(pid)
+	if configured {
+		_ = w.k.DeleteProcConfig(pid)
+	}
 }
 
 // Exit stops reading pid's context but keeps what it published (service
@@ -209,11 +232,16 @@ func (w *Watcher) Exec(pid uint32) {
 // the exit still get their resource.
 func (w *Watcher) Exit(pid uint32) {
 	w.mu.Lock()
-	if st, ok := w.procs[pid]; ok {
+	st, ok := w.procs[pid]
+	configured := ok && st.configured
+	if ok {
 		st.exited = true
+		st.configured = false
 	}
 	w.mu.Unlock()
-	_ = w.k.DeleteProcConfig(pid)
+	if configured {
+		_ = w.k.DeleteProcConfig(pid)
+	}
 }
 
 // ForgetExited drops what is known of exited processes; call it after

@@ -8,14 +8,19 @@ import (
 
 type fakeKernel struct {
 	configs map[uint32]bpf.SamplerProcConfig
+	deletes int
 }
 
 func (k *fakeKernel) SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error {
 	k.configs[pid] = cfg
 	return nil
 }
-func (k *fakeKernel) DeleteProcConfig(pid uint32) error { delete(k.configs, pid); return nil }
-func (k *fakeKernel) AttachHook(string, uint64) error   { return nil }
+func (k *fakeKernel) DeleteProcConfig(pid uint32) error {
+	k.deletes++
+	delete(k.configs, pid)
+	return nil
+}
+func (k *fakeKernel) AttachHook(string, uint64) error { return nil }
 
 // TestExitKeepsResourceUntilForget checks that a process's published
 // resource outlives its exit until the next report forgets it, while its
@@ -23,7 +28,7 @@ func (k *fakeKernel) AttachHook(string, uint64) error   { return nil }
 func TestExitKeepsResourceUntilForget(t *testing.T) {
 	k := &fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}
 	w := New(k, nil, nil)
-	w.procs[42] = &state{info: Info{ServiceName: "checkout"}, resolved: true}
+	w.procs[42] = &state{info: Info{ServiceName: "checkout"}, resolved: true, configured: true}
 	k.configs[42] = bpf.SamplerProcConfig{TlsKind: 1}
 
 	w.Exit(42)
@@ -36,6 +41,34 @@ func TestExitKeepsResourceUntilForget(t *testing.T) {
 	w.ForgetExited()
 	if _, ok := w.Info(42); ok {
 		t.Fatal("info kept after ForgetExited")
+	}
+}
+
+// TestExecDeletesOnlyConfigured: an exec or exit deletes the kernel
+// configuration of a process that has one, and spends no map operation
+// on the others (most processes).
+func TestExecDeletesOnlyConfigured(t *testing.T) {
+	k := &fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}
+	w := New(k, nil, nil)
+	w.procs[7] = &state{}
+	w.Exec(7)
+	w.Exec(8) // never seen
+	w.Exit(9)
+	if k.deletes != 0 {
+		t.Fatalf("%d deletes for processes without a configuration, want 0", k.deletes)
+	}
+	w.procs[42] = &state{resolved: true, configured: true}
+	k.configs[42] = bpf.SamplerProcConfig{TlsKind: 1}
+	w.Exec(42)
+	if _, ok := k.configs[42]; ok || k.deletes != 1 {
+		t.Fatalf("after the exec of a configured process: %d deletes, configuration kept %v", k.deletes, ok)
+	}
+	w.procs[43] = &state{resolved: true, configured: true}
+	k.configs[43] = bpf.SamplerProcConfig{TlsKind: 1}
+	w.Exit(43)
+	w.Exit(43)
+	if _, ok := k.configs[43]; ok || k.deletes != 2 {
+		t.Fatalf("after two exits of a configured process: %d deletes in all, configuration kept %v", k.deletes, ok)
 	}
 }
 
