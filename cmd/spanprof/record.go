@@ -258,6 +258,9 @@ loop:
 	if n := tracker.Synthesized(); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d processes were gone before /proc could be read; their executable and loader were placed from the exec\n", n)
 	}
+	if n := tracker.Forked(); n > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d pids were taken by a fork (no exec) after their process exited; samples after the exit were symbolized against the new process\n", n)
+	}
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
 	st := c.Stats()
 	if st.StacksCut > 0 {

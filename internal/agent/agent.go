@@ -195,6 +195,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 				Help: "Samples whose user stack ended at a return address in no code mapping: the frame-pointer chain went through code built without frame pointers, and the rest was not a stack.",
 			}, func() float64 { return float64(a.collector.Stats().StacksCut) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_pids_reused_by_fork_total",
+				Help: "Pids taken by a process that forked without an exec after the pid's process exited; samples after the exit were symbolized against the new process.",
+			}, func() float64 { return float64(a.tracker.Forked()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_pre_exec_samples_total",
 				Help: "Samples taken inside an exec, before the new image's registers were set, that were symbolized against the image before the exec (the process as read before it, else its parent's, which a posix_spawn child runs in).",
 			}, func() float64 { return float64(a.collector.Stats().PreExecAttributed) }),

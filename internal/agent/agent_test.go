@@ -194,6 +194,7 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 		"spanprof_processes_retained 1",
 		"spanprof_samples_collected_total 36",
 		"spanprof_pre_exec_samples_total 1",
+		"spanprof_pids_reused_by_fork_total 0",
 		`spanprof_export_requests_total{endpoint="` + col.addr + `",result="success"}`,
 		`spanprof_export_queue_length{endpoint="` + col.addr + `"} 0`,
 		"spanprof_export_duration_seconds_bucket",

@@ -174,7 +174,7 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 			// early or never: captured by the kernel as it exited.
 			c.opts.Tracker.ExitMaps(e.PID, e.Time, e.Exe, e.Maps)
 		}
-		c.opts.Tracker.Exit(e.PID)
+		c.opts.Tracker.Exit(e.PID, e.Time)
 		return
 	}
 	// Read the new image's mappings now, while the process may still live

@@ -88,6 +88,15 @@ func (fp *fakeProcs) write(pid uint32, before bool) {
 	if err := os.WriteFile(filepath.Join(dir, "maps"), []byte(maps.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Two processes of one pid started at different times.
+	start := 1000
+	if !before {
+		start = 2000
+	}
+	stat := fmt.Sprintf("%d (churn) S 1 %d %d 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, pid, pid, start)
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestPreExecSampleSymbolizedAgainstImageBefore: a sample taken inside an
@@ -199,7 +208,7 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 			// file stays open: the pinned image was released.
 			tr.ForgetExited()
 			tr.ForgetExited()
-			tr.Exit(parent)
+			tr.Exit(parent, time.Now())
 			tr.ForgetExited()
 			if n := tr.OpenFiles(); n != 1 {
 				t.Errorf("%d files open after the reports, want 1 (the new image's)", n)
@@ -244,6 +253,52 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 	}
 	if len(c.images) != 0 {
 		t.Errorf("%d images still pinned after the report", len(c.images))
+	}
+}
+
+// TestPIDReusedByFork: a pid whose process exited is taken by a process
+// that forked and never exec'd, so no exec event tells of it. Samples taken
+// after the exit are symbolized against the process now holding the pid;
+// those taken before, against the one that exited. While the pid still
+// shows the exited process (its other threads dying after the leader's
+// exit event), later samples keep its image.
+func TestPIDReusedByFork(t *testing.T) {
+	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
+	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
+	const pid = 100
+	fp := newFakeProcs(t)
+	tr := proc.NewTracker(fp.root, nil)
+	defer tr.Close()
+	fp.write(pid, true) // the first process: this test binary's image
+	c := New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true})
+	sample := func(at time.Time) *sampler.Record {
+		return &sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "churn", Time: at, Value: 1,
+			UserStack: []uint64{leaf, outer}}
+	}
+	c.Add(sample(time.Now())) // read at first sight
+	late := sample(time.Now())
+	c.ProcEvent(sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()})
+	time.Sleep(time.Millisecond)
+	c.Add(sample(time.Now())) // the exiting process still holds the pid
+	time.Sleep(time.Millisecond)
+	fp.write(pid, false) // a fork of another program takes the pid
+	c.Add(late)
+	c.Add(sample(time.Now()))
+	prof := c.Build(time.Now())
+	if len(prof.Samples) != 4 {
+		t.Fatalf("%d samples, want 4", len(prof.Samples))
+	}
+	for i, s := range prof.Samples {
+		named := false
+		for _, f := range s.Frames {
+			named = named || strings.Contains(f.Function, "Marker")
+		}
+		if want := i < 3; named != want {
+			t.Errorf("sample %d named in the first process's image: %v, want %v (%+v)", i, named, want, s.Frames)
+		}
+	}
+	if n := tr.Forked(); n != 1 {
+		t.Errorf("Forked() = %d, want 1", n)
 	}
 }
 

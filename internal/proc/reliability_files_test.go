@@ -61,7 +61,7 @@ func TestReliabilityChurnSharesFiles(t *testing.T) {
 		if p.Exited || len(p.Files) != 2 {
 			t.Fatalf("pid %d: %+v", pid, p)
 		}
-		tr.Exit(uint32(pid))
+		tr.Exit(uint32(pid), time.Now())
 	}
 	if got := tr.OpenFiles(); got != 2 {
 		t.Fatalf("%d shared handles for %d processes of 2 files, want 2", got, n)
@@ -148,7 +148,7 @@ func TestReliabilityProcessExitsMidRead(t *testing.T) {
 			t.Fatalf("pid %d read as alive without mappings", pid)
 		}
 		<-done
-		tr.Exit(pid)
+		tr.Exit(pid, time.Now())
 		tr.ForgetExited()
 	}
 	if got := tr.OpenFiles(); got != 0 {

@@ -36,6 +36,14 @@ type Process struct {
 	// gen counts the images of this pid the tracker replaced since it
 	// first saw the pid: samples name their image by it (Image).
 	gen uint32
+	// exitAt is the time of the process's exit (zero: not seen), and
+	// lookedAt when procfs was last read for a process that took the pid
+	// after it (successor).
+	exitAt, lookedAt time.Time
+	// startTime is the process's start in clock ticks after boot
+	// (/proc/PID/stat field 22; 0 when not read): tells a process that
+	// took the pid from the one that had it.
+	startTime uint64
 
 	PID      uint32
 	Exe      string // path of the executable as the process sees it
@@ -90,8 +98,10 @@ type Tracker struct {
 	keys  map[*os.File]fileKey
 	// synthesized counts processes placed from their exec image.
 	synthesized int
-	refreshed   int
-	exitStats   ExitStats
+	// forked counts pids found taken by a fork after their process's exit.
+	forked    int
+	refreshed int
+	exitStats ExitStats
 	// buf holds one procfs file at a time while read parses it (under
 	// mu): thousands of processes a second are read under churn, and
 	// only what is kept of them should allocate.
@@ -198,8 +208,37 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 func (t *Tracker) GetAt(pid uint32, at time.Time) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p, _ := imageAt(t.get(pid), at) // unknown: the oldest image known
+	p, _ := imageAt(t.successor(t.get(pid), at), at) // unknown: the oldest image known
 	return p
+}
+
+// successor returns the process that holds p's pid at time at. That is p,
+// unless p exited before at and a fork that never exec'd took the pid
+// since (an exec would have replaced p): then the new process is read and
+// becomes the pid's entry, with p as the image before it. procfs is read
+// once per sample taken after the last read, and a pid still held by the
+// exiting process (its other threads dying after the leader's exit event)
+// or by no process keeps p. Callers hold t.mu.
+func (t *Tracker) successor(p *Process, at time.Time) *Process {
+	if !p.Exited || p.exitAt.IsZero() || at.IsZero() || !at.After(p.exitAt) || !at.After(p.lookedAt) {
+		return p
+	}
+	p.lookedAt = time.Now()
+	n, err := t.read(p.PID)
+	if err != nil {
+		return p
+	}
+	if n.Exited || n.startTime == 0 || n.startTime == p.startTime {
+		t.release(n)
+		return p
+	}
+	n.readAt = p.lookedAt
+	n.execAt = p.exitAt // images are told apart by time: this one began after the exit
+	n.before = p
+	n.gen = p.gen + 1
+	t.procs[p.PID] = n
+	t.forked++
+	return n
 }
 
 // Gen names p's image of its pid for Image.
@@ -288,13 +327,24 @@ func (t *Tracker) Synthesized() int {
 	return t.synthesized
 }
 
-// Exit marks pid as exited; its mappings stay for symbolization until
-// Forget.
-func (t *Tracker) Exit(pid uint32) {
+// Forked counts the pids found taken by a process that forked without an
+// exec after the pid's process exited (successor).
+func (t *Tracker) Forked() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.forked
+}
+
+// Exit marks pid as exited at time at (zero: unknown); its mappings stay
+// for symbolization until ForgetExited.
+func (t *Tracker) Exit(pid uint32, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.procs[pid]; ok {
 		p.Exited = true
+		if p.exitAt.IsZero() {
+			p.exitAt = at
+		}
 	}
 }
 
@@ -444,6 +494,7 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 	}
 	if b, err := t.readFile(d, "stat"); err == nil {
 		p.Comm = statComm(b)
+		p.startTime = statStartTime(b)
 		if exiting(b) {
 			// Its exit may have been reported already, before this read
 			// (a sample handed over after the exit event): no exit will
@@ -514,6 +565,21 @@ func statComm(stat []byte) string {
 		return ""
 	}
 	return string(stat[i+1 : j])
+}
+
+// statStartTime returns the start time field (22) of /proc/PID/stat text,
+// 0 when it cannot be read.
+func statStartTime(stat []byte) uint64 {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 20 { // f[0] is field 3
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
 }
 
 // exiting reports whether /proc/PID/stat text shows a process in do_exit
