@@ -256,6 +256,51 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 	}
 }
 
+// reusedPID is a collector over a fake /proc where pid 100 runs this test
+// binary's image (fakeProcs.write before), for the pid-reuse tests.
+type reusedPID struct {
+	fp *fakeProcs
+	tr *proc.Tracker
+	c  *Collector
+}
+
+const reusePID = 100
+
+func newReusedPID(t *testing.T) *reusedPID {
+	fp := newFakeProcs(t)
+	tr := proc.NewTracker(fp.root, nil)
+	t.Cleanup(func() { tr.Close() })
+	fp.write(reusePID, true) // the first process: this test binary's image
+	return &reusedPID{fp: fp, tr: tr, c: New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true})}
+}
+
+// sample is one of the pid's samples, with this binary's two marker frames.
+func (r *reusedPID) sample(at time.Time) *sampler.Record {
+	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
+	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
+	return &sampler.Record{Kind: profile.OnCPU, PID: reusePID, TID: reusePID, Comm: "churn", Time: at, Value: 1,
+		UserStack: []uint64{leaf, outer}}
+}
+
+// check builds the report and wants its first `first` of n samples named
+// in the first process's image, the others not.
+func (r *reusedPID) check(t *testing.T, n, first int) {
+	t.Helper()
+	prof := r.c.Build(time.Now())
+	if len(prof.Samples) != n {
+		t.Fatalf("%d samples, want %d", len(prof.Samples), n)
+	}
+	for i, s := range prof.Samples {
+		named := false
+		for _, f := range s.Frames {
+			named = named || strings.Contains(f.Function, "Marker")
+		}
+		if want := i < first; named != want {
+			t.Errorf("sample %d named in the first process's image: %v, want %v (%+v)", i, named, want, s.Frames)
+		}
+	}
+}
+
 // TestPIDReusedByFork: a pid whose process exited is taken by a process
 // that forked and never exec'd, so no exec event tells of it. Samples taken
 // after the exit are symbolized against the process now holding the pid;
@@ -263,41 +308,18 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 // shows the exited process (its other threads dying after the leader's
 // exit event), later samples keep its image.
 func TestPIDReusedByFork(t *testing.T) {
-	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
-	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
-	const pid = 100
-	fp := newFakeProcs(t)
-	tr := proc.NewTracker(fp.root, nil)
-	defer tr.Close()
-	fp.write(pid, true) // the first process: this test binary's image
-	c := New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true})
-	sample := func(at time.Time) *sampler.Record {
-		return &sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "churn", Time: at, Value: 1,
-			UserStack: []uint64{leaf, outer}}
-	}
-	c.Add(sample(time.Now())) // read at first sight
-	late := sample(time.Now())
-	c.ProcEvent(sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()})
+	r := newReusedPID(t)
+	r.c.Add(r.sample(time.Now())) // read at first sight
+	late := r.sample(time.Now())
+	r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
 	time.Sleep(time.Millisecond)
-	c.Add(sample(time.Now())) // the exiting process still holds the pid
+	r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
 	time.Sleep(time.Millisecond)
-	fp.write(pid, false) // a fork of another program takes the pid
-	c.Add(late)
-	c.Add(sample(time.Now()))
-	prof := c.Build(time.Now())
-	if len(prof.Samples) != 4 {
-		t.Fatalf("%d samples, want 4", len(prof.Samples))
-	}
-	for i, s := range prof.Samples {
-		named := false
-		for _, f := range s.Frames {
-			named = named || strings.Contains(f.Function, "Marker")
-		}
-		if want := i < 3; named != want {
-			t.Errorf("sample %d named in the first process's image: %v, want %v (%+v)", i, named, want, s.Frames)
-		}
-	}
-	if n := tr.Forked(); n != 1 {
+	r.fp.write(reusePID, false) // a fork of another program takes the pid
+	r.c.Add(late)
+	r.c.Add(r.sample(time.Now()))
+	r.check(t, 4, 3)
+	if n := r.tr.Forked(); n != 1 {
 		t.Errorf("Forked() = %d, want 1", n)
 	}
 }
@@ -307,45 +329,22 @@ func TestPIDReusedByFork(t *testing.T) {
 // second wrap a 32,768 pid space in half a minute). The samples of the
 // earlier process are symbolized against its image, not the later one's.
 func TestPIDReusedInOneReport(t *testing.T) {
-	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
-	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
-	const pid = 100
 	for _, execFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("exec reported first %v", execFirst), func(t *testing.T) {
-			fp := newFakeProcs(t)
-			tr := proc.NewTracker(fp.root, nil)
-			defer tr.Close()
-			fp.write(pid, true) // the first process: this test binary's image
-			c := New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true})
-			sample := func(at time.Time) *sampler.Record {
-				return &sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "churn", Time: at, Value: 1,
-					UserStack: []uint64{leaf, outer}}
-			}
-			c.Add(sample(time.Now())) // read at first sight
-			late := sample(time.Now())
-			c.ProcEvent(sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()})
+			r := newReusedPID(t)
+			r.c.Add(r.sample(time.Now())) // read at first sight
+			late := r.sample(time.Now())
+			r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
 			time.Sleep(time.Millisecond)
-			fp.write(pid, false) // the pid's next process: another image
-			exec := sampler.ProcEvent{PID: pid, Time: time.Now()}
+			r.fp.write(reusePID, false) // the pid's next process: another image
+			exec := sampler.ProcEvent{PID: reusePID, Time: time.Now()}
 			if execFirst {
-				tr.Exec(pid, exec.Time, nil) // the reader's OnExec, ahead of the samples queued before it
+				r.tr.Exec(reusePID, exec.Time, nil) // the reader's OnExec, ahead of the samples queued before it
 			}
-			c.Add(late)
-			c.ProcEvent(exec)
-			c.Add(sample(time.Now()))
-			prof := c.Build(time.Now())
-			if len(prof.Samples) != 3 {
-				t.Fatalf("%d samples, want 3", len(prof.Samples))
-			}
-			for i, s := range prof.Samples {
-				named := false
-				for _, f := range s.Frames {
-					named = named || strings.Contains(f.Function, "Marker")
-				}
-				if want := i < 2; named != want {
-					t.Errorf("sample %d named in the first process's image: %v, want %v (%+v)", i, named, want, s.Frames)
-				}
-			}
+			r.c.Add(late)
+			r.c.ProcEvent(exec)
+			r.c.Add(r.sample(time.Now()))
+			r.check(t, 3, 2)
 		})
 	}
 }
