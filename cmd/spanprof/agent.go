@@ -47,6 +47,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		Frequency: cfg.Frequency,
 		PIDs:      sampledPIDs,
 		OnExec:    tracker.Exec, // read short-lived processes at once
+		OnExit:    tracker.ExitAt,
 		OffCPU:    sampler.OffCPUOptions{Enabled: cfg.OffCPU, Threshold: cfg.OffCPUThreshold},
 		RingBytes: cfg.Memory.RingMiB << 20,
 		Logger:    log,

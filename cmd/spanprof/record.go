@@ -157,6 +157,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		// Read an exec'd image at once from the reader: a short-lived
 		// process is gone by the time its samples are handled.
 		OnExec: tracker.Exec,
+		OnExit: tracker.ExitAt,
 	})
 	if err != nil {
 		return err

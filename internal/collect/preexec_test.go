@@ -307,20 +307,38 @@ func (r *reusedPID) check(t *testing.T, n, first int) {
 // those taken before, against the one that exited. While the pid still
 // shows the exited process (its other threads dying after the leader's
 // exit event), later samples keep its image.
+//
+// The reader notes the exit as it reads it (Tracker.ExitAt); the exit
+// event itself may reach the collector before or after the fork's
+// samples, and marks the exited process, never the fork.
 func TestPIDReusedByFork(t *testing.T) {
-	r := newReusedPID(t)
-	r.c.Add(r.sample(time.Now())) // read at first sight
-	late := r.sample(time.Now())
-	r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
-	time.Sleep(time.Millisecond)
-	r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
-	time.Sleep(time.Millisecond)
-	r.fp.write(reusePID, false) // a fork of another program takes the pid
-	r.c.Add(late)
-	r.c.Add(r.sample(time.Now()))
-	r.check(t, 4, 3)
-	if n := r.tr.Forked(); n != 1 {
-		t.Errorf("Forked() = %d, want 1", n)
+	for _, exitFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exit event added first %v", exitFirst), func(t *testing.T) {
+			r := newReusedPID(t)
+			r.c.Add(r.sample(time.Now())) // read at first sight
+			late := r.sample(time.Now())
+			exit := sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()}
+			r.tr.ExitAt(exit.PID, exit.Time) // the sampler's OnExit
+			if exitFirst {
+				r.c.ProcEvent(exit)
+			}
+			time.Sleep(time.Millisecond)
+			r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
+			time.Sleep(time.Millisecond)
+			r.fp.write(reusePID, false) // a fork of another program takes the pid
+			r.c.Add(late)
+			r.c.Add(r.sample(time.Now()))
+			if !exitFirst {
+				r.c.ProcEvent(exit)
+			}
+			if p := r.tr.Get(reusePID); p.Exited {
+				t.Errorf("the fork holding the pid is marked exited: %+v", p)
+			}
+			r.check(t, 4, 3)
+			if n := r.tr.Forked(); n != 1 {
+				t.Errorf("Forked() = %d, want 1", n)
+			}
+		})
 	}
 }
 

@@ -220,7 +220,7 @@ func (t *Tracker) GetAt(pid uint32, at time.Time) *Process {
 // exiting process (its other threads dying after the leader's exit event)
 // or by no process keeps p. Callers hold t.mu.
 func (t *Tracker) successor(p *Process, at time.Time) *Process {
-	if !p.Exited || p.exitAt.IsZero() || at.IsZero() || !at.After(p.exitAt) || !at.After(p.lookedAt) {
+	if p.exitAt.IsZero() || at.IsZero() || !at.After(p.exitAt) || !at.After(p.lookedAt) {
 		return p
 	}
 	p.lookedAt = time.Now()
@@ -233,7 +233,8 @@ func (t *Tracker) successor(p *Process, at time.Time) *Process {
 		return p
 	}
 	n.readAt = p.lookedAt
-	n.execAt = p.exitAt // images are told apart by time: this one began after the exit
+	// Images are told apart by time: this one began after the exit.
+	n.execAt = p.exitAt.Add(time.Nanosecond)
 	n.before = p
 	n.gen = p.gen + 1
 	t.procs[p.PID] = n
@@ -335,17 +336,45 @@ func (t *Tracker) Forked() int {
 	return t.forked
 }
 
-// Exit marks pid as exited at time at (zero: unknown); its mappings stay
-// for symbolization until ForgetExited.
+// Exit marks the process pid ran at time at (zero: the current one) as
+// exited then; its mappings stay for symbolization until ForgetExited. An
+// exec or a fork that took the pid since (the reader reports execs and
+// exits ahead of the samples queued before them) keeps its own image.
 func (t *Tracker) Exit(pid uint32, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p, ok := t.procs[pid]; ok {
+	if p := t.exited(pid, at); p != nil {
 		p.Exited = true
+	}
+}
+
+// ExitAt notes that the process pid ran at time at exited then, without
+// marking it exited yet (Exit does, when its samples queued before the
+// exit have been added): the sampler's reader calls it as it reads the
+// exit, so that samples of a fork that takes the pid after it are told
+// apart (successor) whatever order they reach the tracker in.
+func (t *Tracker) ExitAt(pid uint32, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.exited(pid, at)
+}
+
+// exited records at as the exit time of the image pid ran at time at, and
+// returns that image (nil: none known). Callers hold t.mu.
+func (t *Tracker) exited(pid uint32, at time.Time) *Process {
+	p, ok := t.procs[pid]
+	if !ok {
+		return nil
+	}
+	if !at.IsZero() {
+		if p, ok = imageAt(p, at); !ok {
+			return nil // an image before any the tracker knows
+		}
 		if p.exitAt.IsZero() {
 			p.exitAt = at
 		}
 	}
+	return p
 }
 
 // ForgetExited drops exited processes, closing their files, and the images

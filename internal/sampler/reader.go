@@ -73,6 +73,9 @@ func (s *Sampler) drain(rec *ringbuf.Record) bool {
 			if !pe.Exit && s.onExec != nil {
 				s.onExec(pe.PID, pe.Time, pe.Image)
 			}
+			if pe.Exit && s.onExit != nil {
+				s.onExit(pe.PID, pe.Time)
+			}
 			select {
 			case s.procs <- *pe:
 			default:

@@ -59,6 +59,11 @@ type Options struct {
 	// must be read from /proc before it is gone. at is the exec time, img
 	// where the new image lies.
 	OnExec func(pid uint32, at time.Time, img *proc.Image)
+	// OnExit, if set, is called from the reader as soon as a process's
+	// exit is read, before the records after it are queued: samples of a
+	// process that takes the pid by a fork, with no exec to tell of it,
+	// are then told apart from the exited one's (proc.Tracker.ExitAt).
+	OnExit func(pid uint32, at time.Time)
 }
 
 // Sampler owns the loaded programs and the ring-buffer reader.
@@ -71,6 +76,7 @@ type Sampler struct {
 	reader *ringbuf.Reader
 	freq   int
 	onExec func(pid uint32, at time.Time, img *proc.Image)
+	onExit func(pid uint32, at time.Time)
 	// ring wakes Run for the kernel's wake-ups, its poll deadline and
 	// Stop, through the Go netpoller.
 	ring *ringWait
@@ -164,6 +170,7 @@ func New(opts Options) (*Sampler, error) {
 		log:     opts.Logger,
 		dec:     newDecoder(opts.Clock),
 		onExec:  opts.OnExec,
+		onExit:  opts.OnExit,
 		records: make(chan *Record, opts.Queue),
 		procs:   make(chan ProcEvent, 4096),
 
