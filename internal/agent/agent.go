@@ -263,6 +263,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			a.procEvent(e)
 		case <-ticker.C:
+			a.addQueued(records)
 			a.report()
 		case <-ctx.Done():
 		}
@@ -292,6 +293,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("flush at shutdown: %w", err)
 	}
 	return nil
+}
+
+// addQueued adds the samples the reader has queued so far. The loop may
+// have handled a process's exit event before samples the reader queued
+// ahead of it (they come by two channels), and the report forgets exited
+// processes: added after it, those samples would find no image.
+func (a *Agent) addQueued(records <-chan *sampler.Record) {
+	for n := len(records); n > 0; n-- {
+		r, ok := <-records
+		if !ok {
+			return
+		}
+		a.add(r)
+	}
 }
 
 func (a *Agent) add(r *sampler.Record) {

@@ -260,6 +260,33 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	}
 }
 
+// TestAgentAddsQueuedBeforeReport: at a report the agent first adds the
+// samples already queued, which may predate an exit event the loop took
+// from the other channel first; the report then forgets exited processes.
+func TestAgentAddsQueuedBeforeReport(t *testing.T) {
+	src := newFakeSource()
+	cfg := testConfig("127.0.0.1:1")
+	cfg.MetricsListen = ""
+	a, err := New(cfg, src, Options{Kernel: noKernel{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.closeExporters()
+	self := uint32(os.Getpid())
+	for range 3 {
+		src.records <- testRecord(self, time.Now())
+	}
+	a.addQueued(src.records)
+	if n := len(src.records); n != 0 {
+		t.Errorf("%d samples left queued", n)
+	}
+	if n := a.collector.Stats().Samples; n != 3 {
+		t.Errorf("collector holds %d samples, want the 3 queued", n)
+	}
+	var closed chan *sampler.Record // a closed or absent channel adds nothing
+	a.addQueued(closed)
+}
+
 func TestAgentExecutableFilter(t *testing.T) {
 	col := startFakeCollector(t, "127.0.0.1:0", nil)
 	src := newFakeSource()
