@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -26,15 +27,18 @@ type bench struct {
 	phases                               map[string]bool
 	log                                  *os.File
 
-	slow    []slowRow
-	side    []sideRow
-	freq    []costRow
-	procs   []costRow
-	agents  []costRow
-	offcpu  []offcpuRun
-	micro   string
-	errs    []string
-	started time.Time
+	slow   []slowRow
+	side   []sideRow
+	freq   []costRow
+	procs  []costRow
+	agents []costRow
+	// churnNamed: of the churn children's samples the agent exported, how
+	// many, and how many with every frame named.
+	churnSamples, churnNamed int64
+	offcpu                   []offcpuRun
+	micro                    string
+	errs                     []string
+	started                  time.Time
 }
 
 func main() {
@@ -82,7 +86,7 @@ func (b *bench) run(out string) error {
 			return fmt.Errorf("%s not found: make bench-deps installs the peers", tool)
 		}
 	}
-	for _, dir := range []string{"testdata/fixtures", "testdata/offcpu", "testdata/bench"} {
+	for _, dir := range []string{"testdata/fixtures", "testdata/offcpu", "testdata/bench", "testdata/reliability"} {
 		if o, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
 			return fmt.Errorf("make -C %s: %v\n%s", dir, err, o)
 		}
@@ -272,6 +276,31 @@ func (b *bench) runAgent() error {
 		}
 		b.agents = append(b.agents, row)
 	}
+	// Process churn: short-lived children, most gone before the report
+	// that carries their samples.
+	label := fmt.Sprintf("agent, --all, %d processes/s (churn)", churnRate)
+	b.logf("%s, %d s", label, b.agentScaleSecs)
+	churn, err := start(filepath.Join(b.root, "testdata/reliability/build/churn"),
+		filepath.Join(b.root, "testdata/reliability/build/churn-child"),
+		strconv.Itoa(churnRate), strconv.Itoa(b.agentScaleSecs+30), "300")
+	if err != nil {
+		return err
+	}
+	child := "churn-child"
+	s.watch.Store(&child)
+	row := costRow{label: label, freq: 99, noBar: true} // the CPU bar is for steady processes
+	row, err = b.measureSpanprof(row, base, "agent started", b.agentScaleSecs, 0)
+	churn.kill()
+	s.watch.Store(nil)
+	if err != nil {
+		return err
+	}
+	b.agents = append(b.agents, row)
+	b.churnSamples, b.churnNamed = s.watched.Load(), s.named.Load()
+	b.logf("churn: %d of %d children's samples exported with every frame named", b.churnNamed, b.churnSamples)
 	b.logf("sink got %d export requests", s.requests.Load())
 	return nil
 }
+
+// churnRate is the agent phase's processes started a second.
+const churnRate = 500

@@ -183,6 +183,9 @@ func (b *bench) ratios() string {
 			fmt.Sprintf("%.0f / %.0f ns = %.3f", median(sp), median(oc), median(rs)))
 	}
 	for _, r := range b.agents {
+		if r.noBar {
+			continue
+		}
 		if r.procs == 200 {
 			mib := float64(r.hwmKiB) / 1024
 			bar("agent RSS (VmHWM), "+strings.TrimPrefix(r.label, "agent, "), mib/60, 1, fmt.Sprintf("%.1f MiB of 60 MiB", mib))
@@ -272,6 +275,11 @@ func (b *bench) report() string {
 		fmt.Fprintf(&sb, "## Agent\n\n`spanprof agent --frequency 99 --report-interval 10s` exporting to a do-nothing OTLP/gRPC sink in the benchmark process; "+
 			"200 processes for %d s, busy processes for %d s. CPU in window is utime+stime over the window; samples are the agent's samples_collected.\n\n%s\n",
 			b.agentScaleSecs, b.agentSecs, costTable(b.agents))
+		if b.churnSamples > 0 {
+			fmt.Fprintf(&sb, "Churn: `testdata/reliability/build/churn` starting %d children a second (each spinning 300 µs), the agent with `--all`: "+
+				"%d of %d (%.1f %%) of the children's exported samples have every frame named (their processes are mostly gone before the report).\n\n",
+				churnRate, b.churnNamed, b.churnSamples, 100*float64(b.churnNamed)/float64(b.churnSamples))
+		}
 		for _, r := range b.agents {
 			if r.profileOut != "" {
 				fmt.Fprintf(&sb, "### perf profile of the agent: %s\n\n`perf record -F 4999 -g -p AGENT` over the window.\n\n```\n%s```\n\n", r.label, r.profileOut)

@@ -30,6 +30,7 @@ type costRow struct {
 	sample     progStat
 	switches   progStat
 	profileOut string // perf report of the agent, when taken
+	noBar      bool   // measured for context: no bar of SPEC applies
 }
 
 // distinctCopies writes n copies of bin into dir as fanout-<i>, each with
