@@ -99,8 +99,8 @@ func TestStatComm(t *testing.T) {
 		"42 () S 1\n":                           "",
 		"garbage":                               "",
 	} {
-		if got := statComm([]byte(stat)); got != want {
-			t.Errorf("statComm(%q) = %q, want %q", stat, got, want)
+		if got := parseStat([]byte(stat)).comm; got != want {
+			t.Errorf("parseStat(%q).comm = %q, want %q", stat, got, want)
 		}
 	}
 	stat, err := os.ReadFile("/proc/self/stat")
@@ -111,8 +111,8 @@ func TestStatComm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := statComm(stat), strings.TrimSuffix(string(comm), "\n"); got != want {
-		t.Errorf("statComm(/proc/self/stat) = %q, /proc/self/comm %q", got, want)
+	if got, want := parseStat(stat).comm, strings.TrimSuffix(string(comm), "\n"); got != want {
+		t.Errorf("parseStat(/proc/self/stat).comm = %q, /proc/self/comm %q", got, want)
 	}
 }
 

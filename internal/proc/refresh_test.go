@@ -82,8 +82,8 @@ func TestExitingProcessReadAsExited(t *testing.T) {
 		{"42 (a) b) (c) Z 1 42 42 0 -1 4194304 0", true},  // zombie; comm with ") ("
 		{"42 (svc) R 1", false},                           // truncated
 	} {
-		if got := exiting([]byte(tc.stat)); got != tc.want {
-			t.Errorf("exiting(%q) = %v, want %v", tc.stat, got, tc.want)
+		if got := parseStat([]byte(tc.stat)).exiting; got != tc.want {
+			t.Errorf("parseStat(%q).exiting = %v, want %v", tc.stat, got, tc.want)
 		}
 	}
 	tmp := t.TempDir()

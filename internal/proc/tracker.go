@@ -522,9 +522,9 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		p.Exited = true
 	}
 	if b, err := t.readFile(d, "stat"); err == nil {
-		p.Comm = statComm(b)
-		p.startTime = statStartTime(b)
-		if exiting(b) {
+		st := parseStat(b)
+		p.Comm, p.startTime = st.comm, st.startTime
+		if st.exiting {
 			// Its exit may have been reported already, before this read
 			// (a sample handed over after the exit event): no exit will
 			// come to mark it, so it is marked now, its mappings kept.
@@ -585,49 +585,36 @@ func (t *Tracker) readFile(d procDir, name string) ([]byte, error) {
 // the exit tracepoint fires.
 const pfExiting = 0x4
 
-// statComm returns the command name in /proc/PID/stat text, the one
-// /proc/PID/comm shows: between the first '(' and the last ')', since it
-// may hold spaces and parentheses itself.
-func statComm(stat []byte) string {
+// procStat is what the tracker takes of /proc/PID/stat.
+type procStat struct {
+	comm      string // the command name, as /proc/PID/comm shows it
+	startTime uint64 // field 22, clock ticks after boot; 0 when unreadable
+	// exiting: the process is in do_exit (PF_EXITING in the flags, field
+	// 9) or already a zombie.
+	exiting bool
+}
+
+// parseStat reads /proc/PID/stat text. The command name lies between the
+// first '(' and the last ')', since it may hold spaces and parentheses
+// itself; the fields after it are split once.
+func parseStat(stat []byte) procStat {
+	var st procStat
 	i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if i < 0 || j <= i {
-		return ""
+	if j < 0 {
+		return st
 	}
-	return string(stat[i+1 : j])
-}
-
-// statStartTime returns the start time field (22) of /proc/PID/stat text,
-// 0 when it cannot be read.
-func statStartTime(stat []byte) uint64 {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
+	if i >= 0 && i < j {
+		st.comm = string(stat[i+1 : j])
 	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 20 { // f[0] is field 3
-		return 0
+	f := strings.Fields(string(stat[j+1:])) // f[0] is field 3
+	if len(f) >= 7 {
+		flags, err := strconv.ParseUint(f[6], 10, 64)
+		st.exiting = f[0] == "Z" || f[0] == "X" || err == nil && flags&pfExiting != 0
 	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
-}
-
-// exiting reports whether /proc/PID/stat text shows a process in do_exit
-// (PF_EXITING in its flags, the ninth field) or already a zombie.
-func exiting(stat []byte) bool {
-	i := bytes.LastIndexByte(stat, ')') // comm may hold spaces and parentheses
-	if i < 0 {
-		return false
+	if len(f) >= 20 {
+		st.startTime, _ = strconv.ParseUint(f[19], 10, 64)
 	}
-	f := strings.Fields(string(stat[i+1:]))
-	// f[0] is the state (field 3), f[6] the flags (field 9).
-	if len(f) < 7 {
-		return false
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return true
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	return err == nil && flags&pfExiting != 0
+	return st
 }
 
 var (
