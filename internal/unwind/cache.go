@@ -3,7 +3,6 @@ package unwind
 import (
 	"container/list"
 	"debug/elf"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -198,12 +197,7 @@ func (c *Cache) Table(key, openPath string) (*Table, error) {
 // from the shared store under key; claimed says whether the table holds
 // a claim.
 func (c *Cache) open(key, openPath string) (t *Table, claimed bool, err error) {
-	f, err := elf.Open(openPath)
-	if err != nil {
-		return nil, false, fmt.Errorf("open elf %s: %w", openPath, err)
-	}
-	defer f.Close()
-	t, err = newTable(f, func() (*symbolize.Pclntab, error) {
+	t, err = openTableWith(openPath, func(f *elf.File) (*symbolize.Pclntab, error) {
 		p, err := c.pcln.Claim(key, func() (*symbolize.Pclntab, error) { return symbolize.FindPclntab(f) })
 		claimed = err == nil
 		return p, err

@@ -101,12 +101,18 @@ func (t *Table) Size() int64 {
 
 // OpenTable reads the unwind information of the ELF file at path.
 func OpenTable(path string) (*Table, error) {
+	return openTableWith(path, symbolize.FindPclntab)
+}
+
+// openTableWith is OpenTable with the Go pclntab of the file from pclntab:
+// read from it, or the copy a Pclntabs store shares.
+func openTableWith(path string, pclntab func(*elf.File) (*symbolize.Pclntab, error)) (*Table, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open elf %s: %w", path, err)
 	}
 	defer f.Close()
-	return NewTable(f)
+	return newTable(f, func() (*symbolize.Pclntab, error) { return pclntab(f) })
 }
 
 // RuleAt returns the CFA rule at ELF virtual address vaddr (translate
