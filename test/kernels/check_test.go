@@ -65,6 +65,9 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	add := func(f string, a ...any) { line = append(line, fmt.Sprintf(f, a...)) }
 	defer func() { t.Logf("%s: %s; %v", label, strings.Join(line, "; "), elapsed.Round(time.Second)) }()
 
+	for _, err := range c.errs {
+		t.Errorf("%s: %v", label, err)
+	}
 	for _, step := range []string{"oncpu", "correlation", "offcpu", "exec", "agent"} {
 		if c.results[step] == nil {
 			t.Errorf("%s: step %s did not report", label, step)

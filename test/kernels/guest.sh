@@ -11,6 +11,10 @@ CORR_FREQ=${CORR_FREQ:-499}
 
 result() { echo "=== RESULT $*"; }
 emit() {
+	if [ ! -f "$2" ]; then
+		echo "=== RESULT missing file=$1"
+		return
+	fi
 	echo "=== FILE $1"
 	gzip -c "$2" | base64
 	echo "=== END $1"

@@ -146,8 +146,10 @@ mount -t debugfs debugfs /sys/kernel/debug
 echo 1 1 1 1 >/proc/sys/kernel/printk
 ip link set lo up
 export PATH=/bin R=/spanprof W=/tmp
-/bin/sh /spanprof/guest.sh
+/bin/sh /spanprof/guest.sh 2>/tmp/guest.stderr
 echo "=== RESULT exit rc=$?"
+echo "=== STDERR"
+cat /tmp/guest.stderr
 poweroff -f
 `
 

@@ -21,6 +21,7 @@ type console struct {
 	results map[string]map[string]string
 	dir     string
 	files   []string
+	errs    []error // files that came out garbled
 }
 
 func (c *console) result(name, key string) string { return c.results[name][key] }
@@ -48,7 +49,8 @@ func parseConsole(r io.Reader, dir, logPath string) (*console, error) {
 			b64.Reset()
 		case file != "" && line == "=== END "+file:
 			if err := c.save(file, b64.String()); err != nil {
-				return c, err
+				fmt.Fprintf(logf, "(file %s: %v)\n", file, err)
+				c.errs = append(c.errs, err)
 			}
 			fmt.Fprintf(logf, "(file %s)\n", file)
 			file = ""
