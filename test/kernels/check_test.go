@@ -222,4 +222,3 @@ func checkAgent(t *testing.T, label string, c *console, add func(string, ...any)
 		t.Errorf("%s: the sink got %d samples of the fixture (want ≥ 90%% of %.0f), %.2f%% reaching main (want ≥ 99%%)", label, s.samples, want, 100*s.mainShare())
 	}
 }
-
