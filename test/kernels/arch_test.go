@@ -14,6 +14,8 @@ type arch struct {
 	// where KVM is not usable.
 	qemuArgs []string
 	console  string // kernel console device
+	// kernelArgs are added to the kernel command line.
+	kernelArgs string
 	// busybox is a static busybox for the architecture (busybox-static).
 	busybox string
 	// libDirs maps where the host keeps the target's glibc (native or a
@@ -35,7 +37,12 @@ var arches = map[string]arch{
 		qemu:     "qemu-system-x86_64",
 		qemuArgs: []string{"-machine", "q35", "-accel", "tcg"},
 		console:  "ttyS0",
-		busybox:  "/bin/busybox",
+		// TCG's TSC is not marked stable, and without it the vDSO's
+		// clock_gettime falls back to a system call, which no machine
+		// with a stable TSC or kvm-clock does: the workload would then
+		// run in code no fleet runs.
+		kernelArgs: "clocksource=tsc tsc=reliable",
+		busybox:    "/bin/busybox",
 		libDirs: [][2]string{
 			{"/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"},
 			{"/lib64", "/lib64"},

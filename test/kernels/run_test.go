@@ -104,7 +104,7 @@ func boot(ctx context.Context, a arch, kernel, initrd, dir string) (*console, er
 	args := append([]string{}, a.qemuArgs...)
 	args = append(args, "-m", "2G", "-smp", "2", "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
 		"-kernel", kernel, "-initrd", initrd,
-		"-append", "console="+a.console+" panic=-1 quiet loglevel=1 rdinit=/init")
+		"-append", "console="+a.console+" panic=-1 quiet loglevel=1 rdinit=/init "+a.kernelArgs)
 	cmd := exec.CommandContext(ctx, a.qemu, args...)
 	return run(cmd, dir)
 }
