@@ -8,15 +8,16 @@ OUT := out
 
 # Debian packages the build, tests and demo need; installed when missing.
 # chromium drives the web UI tests, debuginfod serves debug files to the
-# symbolization tests; the rest build eBPF objects and fixtures.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium debuginfod
+# symbolization tests; qemu and busybox-static boot the kernel matrix
+# (test/kernels); the rest build eBPF objects and fixtures.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium debuginfod qemu-system-x86 busybox-static
 # Peers measured side by side by `make bench`.
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind
 
-.PHONY: all build generate check-generated deps bench-deps test vet demo bench soak clean
+.PHONY: all build generate check-generated deps bench-deps test vet demo bench soak kernels clean
 
 all: build
 
@@ -27,7 +28,8 @@ build:
 
 deps:
 	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null \
-		|| ! command -v debuginfod >/dev/null; then \
+		|| ! command -v debuginfod >/dev/null || ! command -v qemu-system-x86_64 >/dev/null \
+		|| ! dpkg -s busybox-static >/dev/null 2>&1; then \
 		echo "installing $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
@@ -68,6 +70,13 @@ test: deps check-generated vet
 	# (short mode: the long reliability runs are covered above).
 	$(GO) test -race -short -count=1 -p 1 -timeout 20m $(RACE_PKGS)
 	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud
+# kernels under qemu (TCG) and the host kernel run the same workload.
+# SPANPROF_KERNELS picks them, e.g. SPANPROF_KERNELS=6.12,host; downloaded
+# kernels are kept in SPANPROF_KERNEL_CACHE (/var/cache/spanprof-kernels).
+kernels: deps
+	$(GO) test -count=1 -v -timeout 40m -run TestKernelMatrix ./test/kernels/
 
 # The bundled demo: a multi-threaded C service running traced spans
 # (sdk/c thread context), profiled at 499 Hz into every output format,

@@ -186,6 +186,15 @@ struct stack_snap {
 	__u64 w[STACK_SNAP_BYTES / 8];
 };
 
+/* Index masks for the frame walks (see walk_snap): a snapshot's words,
+ * and the user frames, as powers of two minus one that hold every index. */
+#define SNAP_WORD_MASK (STACK_SNAP_BYTES / 8 - 1)
+#define FRAME_IDX_MASK 127
+_Static_assert((STACK_SNAP_BYTES / 8 & SNAP_WORD_MASK) == 0, "STACK_SNAP_BYTES / 8 must be a power of two");
+_Static_assert(MAX_USER_FRAMES <= FRAME_IDX_MASK + 1 &&
+		       FRAME_IDX_MASK < MAX_USER_FRAMES + MAX_KERN_FRAMES,
+	       "FRAME_IDX_MASK must hold every user frame index and stay inside frames[]");
+
 /* One snapshot per program kind and CPU: index 0 for on-CPU ticks, 1 for
  * off-CPU captures. */
 struct {
@@ -368,8 +377,15 @@ __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 
 		if (idx >= MAX_USER_FRAMES || !frame_addr(bp) || off + 16 > len ||
 		    w >= STACK_SNAP_BYTES / 8 - 1)
 			break;
-		s->frames[idx] = snap->w[w + 1];
-		bp = snap->w[w];
+		/* The verifiers before 6.18 lose the bounds the checks above
+		 * give (6.12: "math between mem pointer and register with
+		 * unbounded min value"); masks they can follow restate them.
+		 * For every value that gets here they change nothing: two ANDs
+		 * per frame. barrier_var keeps clang from dropping them. */
+		barrier_var(w);
+		barrier_var(idx);
+		s->frames[idx & FRAME_IDX_MASK] = snap->w[(w + 1) & SNAP_WORD_MASK];
+		bp = snap->w[w & SNAP_WORD_MASK];
 	}
 	pos->bp = bp;
 	pos->n = n + j;
@@ -392,7 +408,8 @@ __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 		if (idx >= MAX_USER_FRAMES || !frame_addr(bp) ||
 		    bpf_probe_read_user(fr, sizeof(fr), (void *)bp))
 			break;
-		s->frames[idx] = fr[1];
+		barrier_var(idx);
+		s->frames[idx & FRAME_IDX_MASK] = fr[1];
 		bp = fr[0];
 	}
 	pos->n = n + j;
@@ -590,6 +607,9 @@ static __always_inline void proc_event_submit(struct proc_lifecycle *e)
 
 #define AT_BASE_ 7
 #define AT_ENTRY_ 9
+/* Pairs of the auxiliary vector looked at, beyond any kernel's
+ * AT_VECTOR_SIZE / 2 (27 on x86_64 6.1, 29 from 6.4 on). */
+#define AUXV_MAX_PAIRS 32
 
 /* tp_btf needs no tracefs mount and gives typed arguments. */
 SEC("tp_btf/sched_process_exec")
@@ -610,15 +630,23 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	 * AT_NULL. */
 	mm = p->mm;
 	if (mm) {
-		for (int i = 0; i < 54; i += 2) {
-			__u64 key = mm->saved_auxv[i], val = mm->saved_auxv[i + 1];
+		/* The array's length is each kernel's AT_VECTOR_SIZE, and a
+		 * direct load past its end is refused by the verifiers of 6.1
+		 * and 6.12 (it lands in the next field's type); probe reads
+		 * bounded by the field's size as this kernel has it are not.
+		 * Once per exec: the cost of the reads does not matter. */
+		__u32 pairs = bpf_core_field_size(mm->saved_auxv) / 16;
+		__u64 *auxv = (__u64 *)__builtin_preserve_access_index(&mm->saved_auxv);
 
-			if (key == 0)
+		for (int i = 0; i < AUXV_MAX_PAIRS && i < pairs; i++) {
+			__u64 kv[2];
+
+			if (bpf_probe_read_kernel(kv, sizeof(kv), auxv + 2 * i) || kv[0] == 0)
 				break;
-			if (key == AT_BASE_)
-				e->interp_base = val;
-			else if (key == AT_ENTRY_)
-				e->entry = val;
+			if (kv[0] == AT_BASE_)
+				e->interp_base = kv[1];
+			else if (kv[0] == AT_ENTRY_)
+				e->entry = kv[1];
 		}
 	}
 	file = bprm->file;

@@ -125,6 +125,9 @@ func New(opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	_ = rlimit.RemoveMemlock() // only needed before 5.11; memcg accounting after
+	if err := checkFeatures(); err != nil {
+		return nil, err
+	}
 
 	spec, err := bpf.LoadSampler()
 	if err != nil {

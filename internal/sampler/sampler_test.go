@@ -118,3 +118,12 @@ loop:
 		t.Fatalf("user stacks in %d, stack tops in %d of %d samples", withUser, withTop, n)
 	}
 }
+
+// TestCheckFeatures runs the feature probes on this kernel, which has
+// every feature they look for (6.18): none may report one missing.
+func TestCheckFeatures(t *testing.T) {
+	requireRoot(t)
+	if err := checkFeatures(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -74,33 +74,33 @@ func checkGoWait(t *testing.T, truth map[string]goWaitSpan, samples []otlpSample
 	var unknown, notS int
 	var idle int64
 	for _, s := range samples {
-		if s.kind != "off_cpu" {
+		if s.Kind != "off_cpu" {
 			continue
 		}
 		var v int64
-		for _, x := range s.values {
+		for _, x := range s.Values {
 			v += x
 		}
-		if s.trace == "" {
-			if s.attrs["off_cpu.reason"] == "chan receive" && containsFrame(s.frames, "main.main.func1") {
+		if s.Trace == "" {
+			if s.Attrs["off_cpu.reason"] == "chan receive" && containsFrame(s.Frames, "main.main.func1") {
 				idle += v
 			}
 			continue
 		}
-		sp, ok := truth[s.trace+"/"+s.span]
+		sp, ok := truth[s.Trace+"/"+s.Span]
 		if !ok {
 			unknown++
 			continue
 		}
-		if s.attrs["thread.state"] != "S" {
+		if s.Attrs["thread.state"] != "S" {
 			notS++
 		}
 		k := kinds[sp.kind]
 		k.attributed += v
-		if s.attrs["off_cpu.reason"] == goWaitReasons[sp.kind] {
+		if s.Attrs["off_cpu.reason"] == goWaitReasons[sp.kind] {
 			k.reasonRight += v
 		}
-		if containsFrame(s.frames, sp.function) {
+		if containsFrame(s.Frames, sp.function) {
 			k.onStack += v
 		}
 	}

@@ -58,16 +58,16 @@ func TestRecordCallChain(t *testing.T) {
 			samples := readOTLP(t, out)
 			var n, whole, leaf, leafWithCaller int
 			for _, s := range samples {
-				if s.pid != int64(fix.Process.Pid) {
-					t.Fatalf("sample of pid %d in a --pid %d recording", s.pid, fix.Process.Pid)
+				if s.PID != int64(fix.Process.Pid) {
+					t.Fatalf("sample of pid %d in a --pid %d recording", s.PID, fix.Process.Pid)
 				}
-				user := userFrames(s.frames)
-				cnt := len(s.times)
+				user := userFrames(s.Frames)
+				cnt := len(s.Times)
 				n += cnt
 				if inChain(user) && user[len(user)-1] != "" {
 					whole += cnt
 				} else if testing.Verbose() {
-					t.Logf("incomplete stack: %v", s.frames)
+					t.Logf("incomplete stack: %v", s.Frames)
 				}
 				if len(user) > 0 && user[0] == "level5" {
 					leaf += cnt
@@ -140,10 +140,10 @@ func checkTimestamps(t *testing.T, samples []otlpSample, marksPath string) {
 	var checked, outside int
 	var worst uint64
 	for _, s := range samples {
-		if !inChain(userFrames(s.frames)) {
+		if !inChain(userFrames(s.Frames)) {
 			continue
 		}
-		for _, ts := range s.times {
+		for _, ts := range s.Times {
 			if ts < ws[0].lo || ts > ws[len(ws)-1].hi {
 				continue // before the first or after the last complete mark
 			}
@@ -186,11 +186,11 @@ func TestRecordSyscallWrapperCaller(t *testing.T) {
 	var inRead, withCaller int
 	for _, s := range readOTLP(t, out) {
 		// Find the first user frame in libc's read wrapper.
-		for i, f := range s.frames {
+		for i, f := range s.Frames {
 			if f == "read" || f == "__libc_read" || f == "__read" {
-				inRead += len(s.times)
-				if i+1 < len(s.frames) && s.frames[i+1] == "syscall_loop" {
-					withCaller += len(s.times)
+				inRead += len(s.Times)
+				if i+1 < len(s.Frames) && s.Frames[i+1] == "syscall_loop" {
+					withCaller += len(s.Times)
 				}
 				break
 			}
@@ -213,10 +213,10 @@ func TestRecordGoFunctionNames(t *testing.T) {
 	spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "2s", "--output", out)
 	var n, named int
 	for _, s := range readOTLP(t, out) {
-		n += len(s.times)
-		for _, f := range s.frames {
+		n += len(s.Times)
+		for _, f := range s.Frames {
 			if f == "main.spinInner" || f == "main.spinOuter" {
-				named += len(s.times)
+				named += len(s.Times)
 				break
 			}
 		}

@@ -1,0 +1,64 @@
+package kernels
+
+import "runtime"
+
+// arch is everything the matrix needs to know about one architecture: how
+// to build the guest's programs, which Debian kernel package to boot, and
+// how qemu boots it. An architecture is one entry of arches.
+type arch struct {
+	goarch   string // GOARCH of spanprof and the sink
+	dpkgArch string // Debian architecture of the kernel package
+	flavour  string // Debian kernel flavour: linux-image-VERSION-FLAVOUR-unsigned
+	qemu     string // qemu system emulator
+	// qemuArgs select the machine and CPU; TCG, because the matrix runs
+	// where KVM is not usable.
+	qemuArgs []string
+	console  string // kernel console device
+	// kernelArgs are added to the kernel command line.
+	kernelArgs string
+	// busybox is a static busybox for the architecture (busybox-static).
+	busybox string
+	// libDirs maps where the host keeps the target's glibc (native or a
+	// cross toolchain's) to where the guest's programs look for it.
+	libDirs [][2]string
+	// fixtureVars are extra make variables building the C fixtures for
+	// this architecture, into fixtureOut under each testdata directory.
+	fixtureVars []string
+	fixtureOut  string
+	// kernels names the Debian kernel series booted on this architecture.
+	kernels []string
+}
+
+var arches = map[string]arch{
+	"amd64": {
+		goarch:   "amd64",
+		dpkgArch: "amd64",
+		flavour:  "cloud-amd64",
+		qemu:     "qemu-system-x86_64",
+		qemuArgs: []string{"-machine", "q35", "-accel", "tcg"},
+		console:  "ttyS0",
+		// TCG's TSC is not marked stable, and without it the vDSO's
+		// clock_gettime falls back to a system call, which no machine
+		// with a stable TSC or kvm-clock does: the workload would then
+		// run in code no fleet runs.
+		kernelArgs: "clocksource=tsc tsc=reliable",
+		busybox:    "/bin/busybox",
+		libDirs: [][2]string{
+			{"/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"},
+			{"/lib64", "/lib64"},
+		},
+		fixtureOut: "build",
+		kernels:    []string{"6.1", "6.12"},
+	},
+}
+
+// hostArch is the architecture the host kernel runs spanprof natively.
+func hostArch() string { return runtime.GOARCH }
+
+// series are Debian 12's kernel series: how their package names look,
+// FLAVOUR standing for the architecture's flavour. The newest package
+// apt knows is booted.
+var series = map[string]string{
+	"6.1":  `^linux-image-6\.1\.0-[0-9]+-FLAVOUR-unsigned$`,
+	"6.12": `^linux-image-6\.12\.[0-9]+\+deb12-FLAVOUR-unsigned$`,
+}

@@ -1,0 +1,227 @@
+package kernels
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spanprof/spanprof/test/truth"
+)
+
+// Frequencies of guest.sh (FREQ, CORR_FREQ).
+const (
+	freq = 99
+)
+
+// busyNanos adds up the busy windows a chain fixture wrote down.
+func busyNanos(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var sum int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		p := strings.Fields(sc.Text())
+		if len(p) != 2 {
+			return 0, fmt.Errorf("bad mark %q in %s", sc.Text(), path)
+		}
+		a, _ := strconv.ParseInt(p[0], 10, 64)
+		b, _ := strconv.ParseInt(p[1], 10, 64)
+		sum += b - a
+	}
+	return sum, sc.Err()
+}
+
+// stackTally counts the on-CPU samples of a pid and those whose stack
+// reaches main.
+type stackTally struct{ samples, main int }
+
+func tallyPID(samples []truth.Sample, pid int) stackTally {
+	var s stackTally
+	for _, x := range samples {
+		if x.Kind != "samples" || x.PID != int64(pid) {
+			continue
+		}
+		n := len(x.Times)
+		s.samples += n
+		if truth.ContainsFrame(x.Frames, "main") {
+			s.main += n
+		}
+	}
+	return s
+}
+
+func (s stackTally) mainShare() float64 { return truth.Pct(s.main, s.samples) / 100 }
+
+// check scores one kernel's run and logs its figures in one line.
+func check(t *testing.T, label string, c *console, elapsed time.Duration) {
+	var line []string
+	add := func(f string, a ...any) { line = append(line, fmt.Sprintf(f, a...)) }
+	defer func() { t.Logf("%s: %s; %v", label, strings.Join(line, "; "), elapsed.Round(time.Second)) }()
+
+	for _, err := range c.errs {
+		t.Errorf("%s: %v", label, err)
+	}
+	for _, step := range []string{"oncpu", "correlation", "offcpu", "exec", "agent"} {
+		if c.results[step] == nil {
+			t.Errorf("%s: step %s did not report", label, step)
+		}
+	}
+	loaded := c.result("oncpu", "loaded") == "1" && c.result("offcpu", "loaded") == "1" &&
+		c.result("exec", "loaded") == "1" && c.result("agent", "loaded") == "1" && c.result("correlation", "rc") == "0"
+	add("loaded %v (load %ss)", loaded, c.result("oncpu", "load_s"))
+	if !loaded {
+		for _, l := range []string{"oncpu.log", "corr.log", "offcpu.log", "exec.log", "agent.log"} {
+			if b, err := os.ReadFile(c.path(l)); err == nil {
+				t.Logf("%s:\n%s", l, firstLines(string(b), 30))
+			}
+		}
+		t.Errorf("%s: the programs did not load everywhere", label)
+		return
+	}
+	if b, err := os.ReadFile(c.path("oncpu.log")); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "WARN") || strings.Contains(l, "level=WARN") {
+				t.Logf("%s record: %s", label, l)
+			}
+		}
+	}
+	checkOnCPU(t, label, c, add)
+	checkCorrelation(t, label, c, add)
+	checkOffCPU(t, label, c, add)
+	checkExec(t, label, c, add)
+	checkAgent(t, label, c, add)
+}
+
+func firstLines(s string, n int) string {
+	l := strings.SplitN(s, "\n", n+1)
+	if len(l) > n {
+		l = l[:n]
+	}
+	return strings.Join(l, "\n")
+}
+
+func readSamples(t *testing.T, c *console, name string) []truth.Sample {
+	t.Helper()
+	s, err := truth.ReadOTLP(c.path(name))
+	if err != nil {
+		t.Errorf("%v", err)
+	}
+	return s
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+func atof(s string) float64 { f, _ := strconv.ParseFloat(s, 64); return f }
+
+func checkOnCPU(t *testing.T, label string, c *console, add func(string, ...any)) {
+	samples := readSamples(t, c, "oncpu.otlp.json")
+	for _, cc := range []string{"gcc", "clang"} {
+		busy, err := busyNanos(c.path("marks-" + cc))
+		if err != nil {
+			t.Errorf("%s: %v", label, err)
+			continue
+		}
+		cpu := atof(c.result("oncpu", "cpu_"+cc))
+		want := float64(freq) * cpu
+		s := tallyPID(samples, atoi(c.result("oncpu", cc)))
+		add("%s samples %d/%.0f (%.1f%%; busy %.2fs, cpu %.2fs), to main %.2f%%", cc, s.samples, want, 100*float64(s.samples)/want,
+			float64(busy)/1e9, cpu, 100*s.mainShare())
+		if cpu < 0.5*float64(busy)/1e9 {
+			t.Errorf("%s: chain-%s got %.2fs of CPU in %v of busy windows: too little to judge", label, cc, cpu, time.Duration(busy))
+		}
+		if float64(s.samples) < 0.9*want {
+			t.Errorf("%s: chain-%s: %d samples, want ≥ 90%% of %.0f (%d Hz over %.2fs of CPU)", label, cc, s.samples, want, freq, cpu)
+		}
+		if s.mainShare() < 0.99 {
+			t.Errorf("%s: chain-%s: %.2f%% of stacks reach main, want ≥ 99%%", label, cc, 100*s.mainShare())
+		}
+	}
+}
+
+func checkCorrelation(t *testing.T, label string, c *console, add func(string, ...any)) {
+	spans, err := truth.ReadSpans(c.path("truth-corr"))
+	if err != nil {
+		t.Errorf("%s: %v", label, err)
+		return
+	}
+	r := truth.MeasureCorrelation(readSamples(t, c, "corr.otlp.json"), spans)
+	add("correlation precision %.4f recall %.4f (%d in span)", r.Precision(), r.Recall(), r.InSpan)
+	if r.InSpan < 300 {
+		t.Errorf("%s: only %d samples inside span windows (%s)", label, r.InSpan, r.Ranges())
+	}
+	if r.Precision() < 0.999 || r.Recall() < 0.99 {
+		t.Errorf("%s: correlation precision %.4f (want ≥ 0.999), recall %.4f (want ≥ 0.99)", label, r.Precision(), r.Recall())
+	}
+}
+
+func checkOffCPU(t *testing.T, label string, c *console, add func(string, ...any)) {
+	spans, err := truth.ReadOffCPU(c.path("truth-offcpu"))
+	if err != nil {
+		t.Errorf("%s: %v", label, err)
+		return
+	}
+	o := truth.MeasureOffCPU(spans, readSamples(t, c, "offcpu.otlp.json"))
+	sleep := o.Kinds["sleep"]
+	if sleep == nil {
+		t.Errorf("%s: the off-CPU fixture ran no sleeping span", label)
+		return
+	}
+	sleepErr := float64(sleep.Attributed)/float64(sleep.Truth) - 1
+	add("off-CPU sleep %+.1f%%, all %+.1f%% (%d spans)", 100*sleepErr, 100*o.Error(), len(spans))
+	if len(spans) < 100 {
+		t.Errorf("%s: only %d off-CPU spans ran", label, len(spans))
+	}
+	// The bar is the sleeping spans' (one known wait each); the short
+	// pipe and ping-pong waits are sampled and weighted, and their sum is
+	// logged with the rest but judged by the host's e2e test.
+	if sleepErr < -0.1 || sleepErr > 0.1 {
+		t.Errorf("%s: off-CPU time of sleeping spans %+.1f%% off the real blocked time, want within ±10%%", label, 100*sleepErr)
+	}
+	if o.WrongLink > 0 || o.WrongState > 0 {
+		t.Errorf("%s: %d off-CPU samples link to no span of their thread, %d are not in state S", label, o.WrongLink, o.WrongState)
+	}
+}
+
+func checkExec(t *testing.T, label string, c *console, add func(string, ...any)) {
+	samples := readSamples(t, c, "exec.otlp.json")
+	var named, all, children int
+	for _, p := range strings.Split(c.result("exec", "pids"), ",") {
+		s := tallyPID(samples, atoi(p))
+		all += s.samples
+		named += s.main
+		if s.samples > 0 {
+			children++
+		}
+	}
+	add("exec/exit %d/5 children sampled, %d/%d samples named to main", children, named, all)
+	if children < 5 || truth.Pct(named, all) < 99 {
+		t.Errorf("%s: short-lived children: %d of 5 sampled, %d of %d samples named down to main (want all 5, ≥ 99%%)", label, children, named, all)
+	}
+}
+
+func checkAgent(t *testing.T, label string, c *console, add func(string, ...any)) {
+	var samples []truth.Sample
+	requests := 0
+	for _, f := range c.files {
+		if strings.HasPrefix(f, "sink/") {
+			requests++
+			samples = append(samples, readSamples(t, c, f)...)
+		}
+	}
+	want := float64(freq) * atof(c.result("agent", "cpu"))
+	s := tallyPID(samples, atoi(c.result("agent", "pid")))
+	add("agent %d exports, %d/%.0f samples (%.1f%%), to main %.2f%%", requests, s.samples, want, 100*float64(s.samples)/want, 100*s.mainShare())
+	if c.result("agent", "rc") != "0" {
+		t.Errorf("%s: the agent exited with %s", label, c.result("agent", "rc"))
+	}
+	if float64(s.samples) < 0.9*want || s.mainShare() < 0.99 {
+		t.Errorf("%s: the sink got %d samples of the fixture (want ≥ 90%% of %.0f), %.2f%% reaching main (want ≥ 99%%)", label, s.samples, want, 100*s.mainShare())
+	}
+}

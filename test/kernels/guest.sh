@@ -1,0 +1,187 @@
+#!/bin/sh
+# The kernel-matrix workload, run by busybox sh in the guest (and by the
+# host's sh for the host kernel). R is the directory holding spanprof, the
+# sink and the fixtures; W a scratch directory. Every result is a line
+# "=== RESULT name key=value..." or a file between "=== FILE name" and
+# "=== END name" (gzip, base64): the host test scores them.
+set -u
+: "${R:?}" "${W:?}"
+FREQ=${FREQ:-99}
+CORR_FREQ=${CORR_FREQ:-499}
+
+result() { echo "=== RESULT $*"; }
+emit() {
+	if [ ! -f "$2" ]; then
+		echo "=== RESULT missing file=$1"
+		return
+	fi
+	echo "=== FILE $1"
+	gzip -c "$2" | base64
+	echo "=== END $1"
+}
+now() { cut -d' ' -f1 /proc/uptime; }
+# run_timed FIFO PID VAR: starts the gated fixture PID and sets VAR to the
+# CPU seconds it took, from the CPU time of the shell's reaped children
+# before and after its wait: what a sampler at F Hz sees F times a second
+# (its busy windows in wall time overstate it on a loaded machine). times
+# runs in this shell: a command substitution's subshell counts its own.
+run_timed() {
+	times >"$W/times0"
+	echo go >"$1"
+	wait "$2"
+	times >"$W/times1"
+	eval "$3=$(awk 'function s(x) { sub(/s$/, "", x); split(x, a, "m"); return a[1] * 60 + a[2] }
+		FNR == 2 { c[++n] = s($1) + s($2) } END { printf "%.3f", c[2] - c[1] }' "$W/times0" "$W/times1")"
+}
+
+# wait_line FILE TEXT PID: waits until FILE holds TEXT, while PID lives.
+# Under TCG the verifier takes seconds per program: the timed work starts
+# only once spanprof says it is sampling.
+wait_line() {
+	i=0
+	while ! grep -q "$2" "$1" 2>/dev/null; do
+		kill -0 "$3" 2>/dev/null || return 1
+		i=$((i + 1))
+		[ $i -gt 1800 ] && return 1
+		sleep 0.1
+	done
+}
+
+# recorded NAME PID: waits for the recording PID and emits its log.
+recorded() {
+	wait "$2"
+	rc=$?
+	emit "$1.log" "$W/$1.log"
+	return $rc
+}
+
+# On-CPU: the chain fixtures (gcc drops the leaf's frame pointer, clang
+# keeps it) run one after the other, each busy in 80 ms windows it writes
+# down, inside one recording that ends when both have exited.
+oncpu() {
+	t0=$(now)
+	mkfifo "$W/go-gcc" "$W/go-clang"
+	(read x <"$W/go-gcc"; exec "$R/chain-gcc" 3000 "$W/marks-gcc") >/dev/null &
+	g=$!
+	(read x <"$W/go-clang"; exec "$R/chain-clang" 3000 "$W/marks-clang") >/dev/null &
+	c=$!
+	"$R/spanprof" record --pid $g --pid $c --frequency $FREQ --duration 120s --output "$W/oncpu.otlp.json" 2>"$W/oncpu.log" &
+	rec=$!
+	if ! wait_line "$W/oncpu.log" "spanprof: recording" $rec; then
+		kill $g $c 2>/dev/null
+		recorded oncpu $rec
+		result oncpu loaded=0
+		return
+	fi
+	t1=$(now)
+	run_timed "$W/go-gcc" $g cg
+	run_timed "$W/go-clang" $c cc
+	recorded oncpu $rec
+	rc=$?
+	result oncpu loaded=1 rc=$rc gcc=$g clang=$c cpu_gcc=$cg cpu_clang=$cc load_s=$(echo "$t0 $t1" | awk '{print $2-$1}')
+	emit marks-gcc "$W/marks-gcc"
+	emit marks-clang "$W/marks-clang"
+	emit oncpu.otlp.json "$W/oncpu.otlp.json"
+}
+
+# OTEP 4947 correlation: the gcc workload with its TLS in the executable,
+# two threads running spans, recorded for 4 s; it writes its ground truth
+# on SIGTERM.
+correlation() {
+	"$R/workload-gcc" "$W/truth-corr" 600 2 >"$W/workload.out" &
+	w=$!
+	"$R/spanprof" record --pid $w --frequency $CORR_FREQ --duration 4s --output "$W/corr.otlp.json" 2>"$W/corr.log"
+	rc=$?
+	kill -TERM $w; wait $w
+	emit corr.log "$W/corr.log"
+	result correlation rc=$rc
+	emit truth-corr "$W/truth-corr"
+	emit corr.otlp.json "$W/corr.otlp.json"
+}
+
+# Off-CPU: the spans fixture's sleeping, futex, pipe and ping-pong spans,
+# started once spanprof records; the recording ends when it exits.
+offcpu() {
+	mkfifo "$W/go-spans"
+	"$R/spans" "$W/truth-offcpu" 3 2 <"$W/go-spans" >/dev/null &
+	s=$!
+	"$R/spanprof" record --pid $s --off-cpu --duration 120s --output "$W/offcpu.otlp.json" 2>"$W/offcpu.log" &
+	rec=$!
+	if ! wait_line "$W/offcpu.log" "spanprof: recording" $rec; then
+		kill $s 2>/dev/null
+		recorded offcpu $rec
+		result offcpu loaded=0
+		return
+	fi
+	echo go >"$W/go-spans"
+	wait $s
+	recorded offcpu $rec
+	result offcpu loaded=1 rc=$?
+	emit truth-offcpu "$W/truth-offcpu"
+	emit offcpu.otlp.json "$W/offcpu.otlp.json"
+}
+
+# Exec and exit: a shell starts short-lived chain processes one after the
+# other under a recording of the whole machine; each has exited long before
+# the recording is symbolized.
+execexit() {
+	"$R/spanprof" record --all --frequency $FREQ --duration 120s --output "$W/exec.otlp.json" 2>"$W/exec.log" &
+	rec=$!
+	if ! wait_line "$W/exec.log" "spanprof: recording" $rec; then
+		recorded exec $rec
+		result exec loaded=0
+		return
+	fi
+	pids=""
+	for i in 1 2 3 4 5; do
+		"$R/chain-clang" 300 /dev/null >/dev/null &
+		pids="$pids,$!"
+		wait $!
+	done
+	kill -INT $rec
+	recorded exec $rec
+	result exec loaded=1 rc=$? pids=${pids#,}
+	emit exec.otlp.json "$W/exec.otlp.json"
+}
+
+# The agent exporting OTLP/gRPC to the sink on loopback, while a chain
+# fixture runs; SIGTERM makes it send its last profile.
+agent() {
+	mkdir -p "$W/sink"
+	"$R/sink" -listen 127.0.0.1:4317 -dir "$W/sink" >"$W/sink.log" 2>&1 &
+	sk=$!
+	mkfifo "$W/go-agent"
+	(read x <"$W/go-agent"; exec "$R/chain-gcc" 3000 "$W/marks-agent") >/dev/null &
+	g=$!
+	"$R/spanprof" agent --endpoint 127.0.0.1:4317 --insecure --report-interval 1s --frequency $FREQ --pid $g 2>"$W/agent.log" &
+	ag=$!
+	if ! wait_line "$W/agent.log" "agent started" $ag; then
+		kill $g $sk 2>/dev/null
+		wait $ag
+		emit agent.log "$W/agent.log"
+		result agent loaded=0
+		return
+	fi
+	run_timed "$W/go-agent" $g cg
+	sleep 2
+	kill -TERM $ag
+	wait $ag
+	rc=$?
+	kill -TERM $sk
+	wait $sk
+	emit agent.log "$W/agent.log"
+	emit sink.log "$W/sink.log"
+	result agent loaded=1 rc=$rc pid=$g cpu=$cg
+	emit marks-agent "$W/marks-agent"
+	for f in "$W"/sink/*.otlp.json; do
+		[ -f "$f" ] && emit "sink/${f##*/}" "$f"
+	done
+}
+
+result start kernel=$(uname -r) arch=$(uname -m) btf=$([ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0)
+for step in ${STEPS:-oncpu correlation offcpu execexit agent}; do
+	t0=$(now)
+	$step
+	result time step=$step s=$(echo "$t0 $(now)" | awk '{print $2-$1}')
+done
+result done

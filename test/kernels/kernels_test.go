@@ -1,0 +1,166 @@
+// Package kernels is the kernel-matrix test: it boots Debian's own kernels
+// under qemu (TCG) with an initramfs holding spanprof and the fixtures, runs
+// the same workload there as on the host kernel (guest.sh), and scores
+// what spanprof wrote against the fixtures' ground truth.
+//
+// SPANPROF_KERNELS picks the kernels, comma-separated: a series (6.1,
+// 6.12) for the host's architecture, ARCH/SERIES for another (arm64/6.12),
+// and "host" for the running kernel without qemu. The default is every
+// series of every architecture in arches, and the host.
+package kernels
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+//go:embed guest.sh
+var guestScript []byte
+
+var repoRoot string
+
+func TestMain(m *testing.M) {
+	_, file, _, _ := runtime.Caller(0)
+	repoRoot = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	os.Exit(m.Run())
+}
+
+// target is one kernel of the matrix.
+type target struct {
+	name   string // as in SPANPROF_KERNELS
+	arch   arch
+	series string // "" for the host kernel
+}
+
+func targets(t *testing.T) []target {
+	spec := os.Getenv("SPANPROF_KERNELS")
+	var names []string
+	if spec == "" {
+		for _, an := range slices.Sorted(maps.Keys(arches)) {
+			for _, s := range arches[an].kernels {
+				names = append(names, an+"/"+s)
+			}
+		}
+		names = append(names, "host")
+	} else {
+		names = strings.Split(spec, ",")
+	}
+	var out []target
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		an, ser, found := strings.Cut(n, "/")
+		if !found {
+			an, ser = hostArch(), n
+		}
+		if n == "host" {
+			an, ser = hostArch(), ""
+		}
+		a, ok := arches[an]
+		if !ok {
+			t.Fatalf("SPANPROF_KERNELS: no architecture %q (known: %v)", an, slices.Sorted(maps.Keys(arches)))
+		}
+		if _, ok := series[ser]; ser != "" && !ok {
+			t.Fatalf("SPANPROF_KERNELS: no kernel series %q (known: %v)", ser, slices.Sorted(maps.Keys(series)))
+		}
+		out = append(out, target{n, a, ser})
+	}
+	return out
+}
+
+// TestKernelMatrix runs the workload on every kernel of the matrix and
+// checks each one (check_test.go). Under TCG one kernel takes about a
+// minute and a half; the figures of each go to the log in one line.
+func TestKernelMatrix(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the guest script loads eBPF programs on the host kernel, and apt-get downloads kernels")
+	}
+	if testing.Short() {
+		t.Skip("short mode: the kernel matrix boots kernels under qemu")
+	}
+	payloads := map[string]string{}
+	for _, tg := range targets(t) {
+		t.Run(strings.ReplaceAll(tg.name, "/", "-"), func(t *testing.T) {
+			dir, ok := payloads[tg.arch.goarch]
+			if !ok {
+				var err error
+				if dir, err = buildPayload(t, tg.arch); err != nil {
+					t.Fatal(err)
+				}
+				payloads[tg.arch.goarch] = dir
+			}
+			runTarget(t, tg, dir)
+		})
+	}
+}
+
+func runTarget(t *testing.T, tg target, payloadDir string) {
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	var c *console
+	var err error
+	started := time.Now()
+	label := "host " + kernelRelease()
+	if tg.series == "" {
+		if tg.arch.goarch != runtime.GOARCH {
+			t.Fatalf("host kernel runs %s programs, not %s", runtime.GOARCH, tg.arch.goarch)
+		}
+		c, err = runHost(ctx, payloadDir, out)
+	} else {
+		pkg, perr := newestPackage(tg.arch, tg.series)
+		if perr != nil {
+			skipOrFail(t, perr)
+		}
+		deb, derr := download(tg.arch, pkg)
+		if derr != nil {
+			skipOrFail(t, derr)
+		}
+		label = pkg
+		kernel, kerr := extractKernel(deb, out)
+		if kerr != nil {
+			t.Fatal(kerr)
+		}
+		initrd := filepath.Join(out, "initrd.cpio")
+		busybox, berr := busyboxFor(tg.arch)
+		if berr != nil {
+			t.Fatal(berr)
+		}
+		if err := writeInitramfs(tg.arch, initrd, busybox, payloadFiles(payloadDir)); err != nil {
+			t.Fatalf("build initramfs: %v", err)
+		}
+		started = time.Now()
+		c, err = boot(ctx, tg.arch, kernel, initrd, out)
+	}
+	elapsed := time.Since(started)
+	if err != nil || c.result("done", "") == "" && c.results["done"] == nil {
+		tail, _ := exec.Command("tail", "-n", "60", filepath.Join(out, "console.log")).Output()
+		if err == nil {
+			err = fmt.Errorf("the workload did not finish")
+		}
+		t.Fatalf("%s: %v after %v; console tail:\n%s", label, err, elapsed.Round(time.Second), tail)
+	}
+	check(t, label, c, elapsed)
+}
+
+func skipOrFail(t *testing.T, err error) {
+	t.Helper()
+	if isUnavailable(err) {
+		t.Skipf("skipped: %v", err)
+	}
+	t.Fatal(err)
+}
+
+func kernelRelease() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,77 @@
+package kernels
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// fixtures are the C programs the workload runs, by testdata directory.
+var fixtures = map[string][]string{
+	"fixtures": {"chain-gcc", "chain-clang"},
+	"tracectx": {"workload-gcc"},
+	"offcpu":   {"spans"},
+}
+
+// buildPayload builds spanprof and the sink without cgo for the
+// architecture, and the fixtures with its toolchain, into one directory
+// with guest.sh.
+func buildPayload(t *testing.T, a arch) (string, error) {
+	dir := filepath.Join(t.TempDir(), "payload-"+a.goarch)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for name, pkg := range map[string]string{"spanprof": "./cmd/spanprof", "sink": "./test/kernels/sink"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+a.goarch)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s for %s: %v\n%s", name, a.goarch, err, out)
+		}
+	}
+	for sub, names := range fixtures {
+		args := []string{"-C", filepath.Join(repoRoot, "testdata", sub)}
+		args = append(args, a.fixtureVars...)
+		for _, n := range names {
+			args = append(args, a.fixtureOut+"/"+n)
+		}
+		if out, err := exec.Command("make", args...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s fixtures for %s: %v\n%s", sub, a.goarch, err, out)
+		}
+		for _, n := range names {
+			b, err := os.ReadFile(filepath.Join(repoRoot, "testdata", sub, a.fixtureOut, n))
+			if err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(filepath.Join(dir, n), b, 0o755); err != nil {
+				return "", err
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "guest.sh"), guestScript, 0o755); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// payloadFiles lists the payload directory.
+func payloadFiles(dir string) payload {
+	p := payload{}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		p[e.Name()] = filepath.Join(dir, e.Name())
+	}
+	return p
+}
+
+func busyboxFor(a arch) (string, error) {
+	if _, err := os.Stat(a.busybox); err != nil {
+		return "", fmt.Errorf("no static busybox for %s at %s (Debian package busybox-static): %w", a.goarch, a.busybox, err)
+	}
+	return a.busybox, nil
+}
+
+func isUnavailable(err error) bool { return errors.Is(err, errUnavailable) }

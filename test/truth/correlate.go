@@ -1,0 +1,159 @@
+package truth
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Span is one span a workload ran, as it recorded it.
+type Span struct {
+	TID         int
+	Trace, Span string
+	// Start..End encloses the time the thread carried the span's ids;
+	// Held..Released lies inside that time. Workloads that record one
+	// window give both the same.
+	Start, End     uint64
+	Held, Released uint64
+	Function       string
+}
+
+// ReadSpans reads a workload's ground truth, by thread id.
+func ReadSpans(path string) (map[int][]Span, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[int][]Span{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		p := strings.Fields(sc.Text())
+		if len(p) == 9 {
+			// The Go service leads with the goroutine id and ends with
+			// its inner window.
+			p = p[1:]
+		}
+		if len(p) != 6 && len(p) != 8 {
+			return nil, fmt.Errorf("bad truth line %q", sc.Text())
+		}
+		tid, _ := strconv.Atoi(p[0])
+		start, _ := strconv.ParseUint(p[3], 10, 64)
+		end, _ := strconv.ParseUint(p[4], 10, 64)
+		held, released := start, end
+		if len(p) == 8 {
+			held, _ = strconv.ParseUint(p[6], 10, 64)
+			released, _ = strconv.ParseUint(p[7], 10, 64)
+		}
+		out[tid] = append(out[tid], Span{tid, p[1], p[2], start, end, held, released, p[5]})
+	}
+	return out, sc.Err()
+}
+
+// Correlation is what the acceptance criteria measure.
+type Correlation struct {
+	InSpan, InSpanRight     int // samples well inside a span window; those with its ids
+	Linked, LinkedRight     int // samples with a link; those whose link is the span at that time
+	LinkedOutside           int // linked samples outside their span's window by more than 50µs
+	FunctionRight, CheckedF int
+	// Time ranges of the samples and of the spans, to tell a recording
+	// that missed the workload from one that missed its spans' ids.
+	SamplesFrom, SamplesTo, SpansFrom, SpansTo uint64
+}
+
+// Recall is the share of in-span samples carrying their span's ids.
+func (c Correlation) Recall() float64 { return Pct(c.InSpanRight, c.InSpan) / 100 }
+
+// Precision is the share of linked samples whose link is right.
+func (c Correlation) Precision() float64 { return Pct(c.LinkedRight, c.Linked) / 100 }
+
+// Ranges describes the sampled and the span time ranges, relative to the
+// first span's start.
+func (c Correlation) Ranges() string {
+	rel := func(ts uint64) string { return time.Duration(int64(ts - c.SpansFrom)).String() }
+	if c.SamplesTo == 0 {
+		return fmt.Sprintf("no samples; spans over %s", rel(c.SpansTo))
+	}
+	return fmt.Sprintf("samples from %s to %s, spans from 0s to %s", rel(c.SamplesFrom), rel(c.SamplesTo), rel(c.SpansTo))
+}
+
+// MeasureCorrelation compares samples with the ground truth. A sample is
+// in a span when it lies in the span's inner window (held..released), 50µs
+// clear of its ends; a linked sample is right when it lies in its span's
+// outer window (start..end) within 50µs. Spans that began before the first
+// sample are left out: a writer that publishes through the uprobe hook told
+// the kernel about them before spanprof was listening.
+func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
+	const margin = uint64(50 * time.Microsecond)
+	var c Correlation
+	first := uint64(1<<64 - 1)
+	for _, s := range samples {
+		for _, ts := range s.Times {
+			first = min(first, ts)
+			c.SamplesTo = max(c.SamplesTo, ts)
+		}
+	}
+	c.SamplesFrom, c.SpansFrom = first, 1<<64-1
+	for _, spans := range truth {
+		for _, sp := range spans {
+			c.SpansFrom, c.SpansTo = min(c.SpansFrom, sp.Start), max(c.SpansTo, sp.End)
+		}
+	}
+	for _, s := range samples {
+		tid, _ := strconv.Atoi(s.Attrs["thread.id"])
+		spans := truth[tid]
+		for _, ts := range s.Times {
+			// The span whose inner window holds the sample, 50µs clear
+			// of its ends.
+			var at *Span
+			for i := range spans {
+				if ts >= spans[i].Held+margin && ts+margin <= spans[i].Released {
+					at = &spans[i]
+					break
+				}
+			}
+			if at != nil && at.Start > first {
+				c.InSpan++
+				if s.Trace == at.Trace && s.Span == at.Span {
+					c.InSpanRight++
+				} else if debugCorrelation {
+					fmt.Printf("miss: tid %d +%dus from start, -%dus to end, link %q, frames %v\n", tid, (ts-at.Start)/1000, (at.End-ts)/1000, s.Span, s.Frames)
+				}
+				c.CheckedF++
+				if len(s.Frames) > 0 && ContainsFrame(s.Frames, at.Function) {
+					c.FunctionRight++
+				} else if debugCorrelation {
+					fmt.Printf("function miss: want %s, frames %v\n", at.Function, s.Frames)
+				}
+			}
+			if s.Trace != "" {
+				c.Linked++
+				// Right: the thread was in the linked span at that time,
+				// within the 50µs the windows are measured to (at a
+				// boundary two consecutive spans both qualify).
+				for i := range spans {
+					sp := &spans[i]
+					if sp.Trace == s.Trace && sp.Span == s.Span && ts+margin >= sp.Start && ts <= sp.End+margin {
+						c.LinkedRight++
+						break
+					}
+				}
+				var own *Span
+				for i := range spans {
+					if spans[i].Trace == s.Trace && spans[i].Span == s.Span {
+						own = &spans[i]
+					}
+				}
+				if own == nil || ts+margin < own.Start || ts > own.End+margin {
+					c.LinkedOutside++
+				}
+			}
+		}
+	}
+	return c
+}
+
+var debugCorrelation = os.Getenv("SPANPROF_DEBUG_CORRELATION") != ""

@@ -1,0 +1,105 @@
+package truth
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// OffCPUSpan is one span of testdata/offcpu/spans with the time it blocked.
+type OffCPUSpan struct {
+	TID         int
+	Trace, Span string
+	Kind        string
+	Blocked     int64
+	Function    string
+}
+
+// ReadOffCPU reads the spans fixture's ground truth, by "trace/span".
+func ReadOffCPU(path string) (map[string]OffCPUSpan, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]OffCPUSpan{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		p := strings.Fields(line)
+		if len(p) != 8 {
+			return nil, fmt.Errorf("bad truth line %q", line)
+		}
+		tid, _ := strconv.Atoi(p[0])
+		blocked, _ := strconv.ParseInt(p[6], 10, 64)
+		out[p[1]+"/"+p[2]] = OffCPUSpan{tid, p[1], p[2], p[5], blocked, p[7]}
+	}
+	return out, nil
+}
+
+// WantReasons are the kernel wait functions of each kind of span; the futex
+// and pipe ones were renamed across kernel versions (6.18: futex_do_wait,
+// anon_pipe_read; before 6.2: futex_wait_queue_me).
+var WantReasons = map[string][]string{
+	"sleep":    {"do_nanosleep"},
+	"futex":    {"futex_wait_queue", "futex_do_wait", "futex_wait_queue_me"},
+	"pipe":     {"pipe_read", "anon_pipe_read"},
+	"pingpong": {"pipe_read", "anon_pipe_read"},
+}
+
+// OffCPUKind tallies one kind of span, in nanoseconds.
+type OffCPUKind struct {
+	Truth, Attributed            int64
+	ReasonRight, FunctionOnStack int64
+}
+
+// OffCPU is the off-CPU time spanprof attributed to the fixture's spans.
+type OffCPU struct {
+	Kinds                 map[string]*OffCPUKind
+	Truth, Attributed     int64
+	Events                int
+	WrongLink, WrongState int
+}
+
+// Error is the attributed time's relative error against the real one.
+func (o OffCPU) Error() float64 { return float64(o.Attributed)/float64(o.Truth) - 1 }
+
+// MeasureOffCPU adds up the off-CPU samples linked to the spans of truth.
+func MeasureOffCPU(truth map[string]OffCPUSpan, samples []Sample) OffCPU {
+	o := OffCPU{Kinds: map[string]*OffCPUKind{}}
+	for _, s := range truth {
+		if o.Kinds[s.Kind] == nil {
+			o.Kinds[s.Kind] = &OffCPUKind{}
+		}
+		o.Kinds[s.Kind].Truth += s.Blocked
+		o.Truth += s.Blocked
+	}
+	for _, s := range samples {
+		if s.Kind != "off_cpu" || s.Trace == "" {
+			continue
+		}
+		var v int64
+		for _, x := range s.Values {
+			v += x
+		}
+		o.Events += len(s.Values)
+		sp, ok := truth[s.Trace+"/"+s.Span]
+		if !ok || strconv.Itoa(sp.TID) != s.Attrs["thread.id"] {
+			o.WrongLink++
+			continue
+		}
+		if s.Attrs["thread.state"] != "S" {
+			o.WrongState++
+		}
+		k := o.Kinds[sp.Kind]
+		k.Attributed += v
+		o.Attributed += v
+		for _, r := range WantReasons[sp.Kind] {
+			if s.Attrs["off_cpu.reason"] == r && ContainsFrame(s.Frames, r) {
+				k.ReasonRight += v
+			}
+		}
+		if ContainsFrame(s.Frames, sp.Function) {
+			k.FunctionOnStack += v
+		}
+	}
+	return o
+}
