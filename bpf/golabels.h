@@ -117,14 +117,28 @@ static __always_inline int match_label(struct stack_sample *s, struct go_string 
 static __always_inline int read_go_labels(struct stack_sample *s, struct task_struct *task,
 					  struct proc_config *cfg)
 {
-	__u64 fsbase, g = 0, m = 0, curg = 0, labels = 0;
+	__u64 g = 0, m = 0, curg = 0, labels = 0;
 	int found = 0, r;
 
-	fsbase = BPF_CORE_READ(task, thread.fsbase);
-	if (!fsbase)
+#ifdef GO_G_REG
+	/* The saved user registers: a tick that interrupted user code entered
+	 * the kernel through them too, and a switch-out through a system call,
+	 * which Go makes with g kept in its register. */
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+
+	if (!regs)
 		return 0;
-	if (bpf_probe_read_user(&g, sizeof(g), (void *)(fsbase + cfg->go_tls_g)) || !g)
+	g = regs->regs[GO_G_REG];
+	if (!g)
+		return 0;
+#else
+	__u64 tp = TASK_TP(task);
+
+	if (!tp)
+		return 0;
+	if (bpf_probe_read_user(&g, sizeof(g), (void *)(tp + cfg->go_tls_g)) || !g)
 		return 0; /* not a Go thread (yet), or a foreign thread */
+#endif
 	if (bpf_probe_read_user(&m, sizeof(m), (void *)(g + cfg->go_off_m)) || !m)
 		goto fault;
 	if (bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + cfg->go_off_curg)))

@@ -11,6 +11,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 #include "spanprof.h"
+#include "arch.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -93,19 +94,19 @@ static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_s
 					   struct proc_config *cfg)
 {
 	struct otel_thread_ctx_hdr hdr;
-	__u64 fsbase, addr, ptr = 0;
+	__u64 tp, addr, ptr = 0;
 
-	fsbase = BPF_CORE_READ(task, thread.fsbase);
-	if (!fsbase)
+	tp = TASK_TP(task);
+	if (!tp)
 		return 0;
 	if (cfg->tls_kind == TLS_STATIC_TP) {
-		addr = fsbase + cfg->tls_offset;
+		addr = tp + cfg->tls_offset;
 	} else {
 		__u64 dtv = 0, block = 0;
 
 		__u64 slots = 0;
 
-		if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(fsbase + 8)) || !dtv)
+		if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + TCB_DTV_OFF)) || !dtv)
 			goto fault;
 		/* dtv[-1] counts the slots; a thread whose DTV predates the
 		 * module's dlopen has no slot for it yet. */
@@ -180,7 +181,6 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
  * bpf_get_stack reads user memory once per frame. The first STACK_TOP_BYTES
  * go to user space for the leaf fix-up. */
 #define STACK_SNAP_BYTES 1024
-#define USER_CS_64 0x33 /* __USER_CS: a 64-bit user context */
 
 struct stack_snap {
 	__u64 w[STACK_SNAP_BYTES / 8];
@@ -206,7 +206,7 @@ struct {
 
 /* The user registers of a sample and the stack copied from them. */
 struct user_ctx {
-	__u64 cs;
+	__u64 mode; /* cs or pstate (arch.h) */
 	struct stack_snap *snap;
 	__u32 snap_len;
 };
@@ -242,10 +242,8 @@ static __always_inline int task_user_regs(struct stack_sample *s, struct task_st
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return 0;
-	s->user_ip = regs->ip;
-	s->user_sp = regs->sp;
-	s->user_bp = regs->bp;
-	u->cs = regs->cs;
+	SET_USER_REGS(s, regs);
+	u->mode = REGS_MODE(regs);
 	mark_pre_exec(s, task, mm);
 	return 1;
 }
@@ -312,6 +310,7 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->user_ip = 0;
 	s->user_sp = 0;
 	s->user_bp = 0;
+	s->user_lr = 0;
 	s->stack_top_len = 0;
 	/* task is current; reading its comm directly spares a helper call. */
 	__builtin_memcpy(s->comm, task->comm, sizeof(s->comm));
@@ -459,7 +458,7 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 
 	if (!s->user_ip)
 		n = 0; /* kernel thread */
-	else if (u->cs == USER_CS_64)
+	else if (MODE_USER_64(u->mode))
 		n = walk_user(s, u->snap, u->snap_len) * sizeof(__u64);
 	else /* a 32-bit process: the kernel knows its frame layout */
 		n = bpf_get_stack(ctx, s->frames, MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
@@ -493,7 +492,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	struct task_struct *task;
 	struct stack_sample *s;
 	__u32 zero = 0;
-	__u64 size, cs;
+	__u64 size, mode;
 
 	if (!wanted(tgid))
 		return 0;
@@ -504,19 +503,16 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	task = bpf_get_current_task_btf();
 
 	fill_sample(s, task, pid_tgid, SAMPLE_ON_CPU, 0, 1);
-	/* The verifier allows only whole-word loads of the context. */
-	cs = *(volatile __u64 *)&ctx->regs.cs;
-	if (cs & 3) {
+	mode = CTX_MODE(ctx);
+	if (MODE_IS_USER(mode)) {
 		/* The tick interrupted user code: its registers are here. */
-		s->user_ip = ctx->regs.ip;
-		s->user_sp = ctx->regs.sp;
-		s->user_bp = ctx->regs.bp;
-		u.cs = cs & 0xffff;
+		SET_USER_REGS(s, &ctx->regs);
+		u.mode = mode;
 		fill_user(s, &u, 0);
 	} else if (task_user_regs(s, task, &u)) {
 		fill_user(s, &u, 0);
 	}
-	size = fill_stacks(ctx, s, &u, (cs & 3) == 0);
+	size = fill_stacks(ctx, s, &u, !MODE_IS_USER(mode));
 	if (bpf_ringbuf_output(&samples, s, size, wakeup_flags())) {
 		count(CNT_RINGBUF_FULL);
 		return 0;

@@ -146,6 +146,7 @@ type SamplerStackSample struct {
 	UserIp      uint64
 	UserSp      uint64
 	UserBp      uint64
+	UserLr      uint64
 	UserFrames  int32
 	KernFrames  int32
 	StackTopLen uint32

@@ -67,8 +67,8 @@ struct trace_context {
 
 enum tls_kind {
 	TLS_NONE = 0,
-	TLS_STATIC_TP = 1, /* variable at fsbase + tls_offset */
-	TLS_DTV = 2,       /* dtv = *(fsbase+8); block = dtv[module].val; var at block + tls_offset */
+	TLS_STATIC_TP = 1, /* variable at tp + tls_offset (tp: fsbase, tpidr_el0) */
+	TLS_DTV = 2,       /* dtv = *(tp+8) on x86, *(tp) on arm64; block = dtv[module].val; var at block + tls_offset */
 };
 
 enum go_label_layout {
@@ -86,7 +86,7 @@ struct proc_config {
 	__u32 pad1;
 	__s64 tls_offset;
 	__u64 tls_module;
-	/* Go runtime: g at fsbase + go_tls_g, then g.m, m.curg,
+	/* Go runtime: g at fsbase + go_tls_g on x86, in x28 on arm64, then g.m, m.curg,
 	 * curg.labels. On-CPU samples of a thread in the scheduler (m.curg
 	 * nil) take the goroutine locked to the thread, m.lockedg, instead;
 	 * 0 when its offset is unknown (offset 0 of runtime.m is g0). */
@@ -127,6 +127,7 @@ struct stack_sample {
 	__u64 user_ip;
 	__u64 user_sp;
 	__u64 user_bp;
+	__u64 user_lr;      /* arm64: x30, the leaf's return address; 0 on x86 */
 	__s32 user_frames;  /* count, or negative errno */
 	__s32 kern_frames;  /* count, or negative errno */
 	__u32 stack_top_len;

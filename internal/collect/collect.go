@@ -7,6 +7,7 @@ package collect
 import (
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -24,6 +25,16 @@ import (
 type LeafFixer interface {
 	RecoverCaller(p *proc.Process, m *proc.Mapping, ip, sp uint64, stackTop []byte) (ra uint64, ok bool)
 }
+
+// LRLeafFixer recovers the caller of a frameless leaf on arm64 from the
+// link register the sample carries, where LeafFixer reads x86-64's stack.
+type LRLeafFixer interface {
+	RecoverCallerLR(p *proc.Process, m *proc.Mapping, ip, lr uint64) (ra uint64, ok bool)
+}
+
+// linkRegister: the samples are arm64's, whose return addresses start in
+// the link register rather than on the stack.
+var linkRegister = runtime.GOARCH == "arm64"
 
 // KernelSymbols resolves kernel addresses to frames of the kernel image or
 // a module (symbolize.Kallsyms).
@@ -230,14 +241,24 @@ func imageOf(t *proc.Tracker, pinned []*proc.Process, pid, image uint32) *proc.P
 // back, when p's code shows where its return address lies.
 func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, recovered bool) {
 	user = r.UserStack
-	if c.opts.Leaf == nil || len(user) == 0 || r.UserSP == 0 || len(r.StackTop) == 0 {
+	if c.opts.Leaf == nil || len(user) == 0 || r.UserSP == 0 || len(r.StackTop) == 0 && !linkRegister {
 		return user, false
 	}
 	m := p.Find(r.UserIP)
 	if m == nil || m.Anonymous() {
 		return user, false
 	}
-	ra, ok := c.opts.Leaf.RecoverCaller(p, m, r.UserIP, r.UserSP, r.StackTop)
+	var ra uint64
+	var ok bool
+	if linkRegister {
+		lf, isLR := c.opts.Leaf.(LRLeafFixer)
+		if !isLR {
+			return user, false
+		}
+		ra, ok = lf.RecoverCallerLR(p, m, r.UserIP, r.UserLR)
+	} else {
+		ra, ok = c.opts.Leaf.RecoverCaller(p, m, r.UserIP, r.UserSP, r.StackTop)
+	}
 	if !ok || len(user) >= 2 && user[1] == ra {
 		return user, false
 	}

@@ -65,6 +65,12 @@ func (f *CFILeafFixer) RecoverCaller(p *proc.Process, m *proc.Mapping, ip, sp ui
 	return unwind.RecoverCaller(f.rule(p, m, ip), sp, stackTop)
 }
 
+// RecoverCallerLR implements LRLeafFixer: on arm64 a leaf's caller is in
+// the link register.
+func (f *CFILeafFixer) RecoverCallerLR(p *proc.Process, m *proc.Mapping, ip, lr uint64) (uint64, bool) {
+	return unwind.RecoverCallerLR(f.rule(p, m, ip), lr)
+}
+
 // rule returns the CFA rule at ip, Unknown when there is none.
 func (f *CFILeafFixer) rule(p *proc.Process, m *proc.Mapping, ip uint64) unwind.Rule {
 	k := ruleKey{leafKey{m.Dev, m.Inode}, m.Start, ip}

@@ -27,7 +27,10 @@ type Record struct {
 	Link      profile.Link
 
 	UserIP, UserSP, UserBP uint64
-	StackTop               []byte
+	// UserLR is the link register (x30) on arm64, where a leaf keeps its
+	// return address; 0 on x86-64.
+	UserLR   uint64
+	StackTop []byte
 	// UserStack and KernStack are leaf first, as the kernel returns them.
 	UserStack, KernStack []uint64
 	// UserErr and KernErr are the kernel's errno when a walk failed.
@@ -139,6 +142,7 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 		UserIP:    s.UserIp,
 		UserSP:    s.UserSp,
 		UserBP:    s.UserBp,
+		UserLR:    s.UserLr,
 		PreExec:   s.Flags&uint8(bpf.SamplerSampleFlagSAMPLE_PRE_EXEC) != 0,
 		ParentPID: s.ParentPid,
 	}}

@@ -25,6 +25,19 @@ const (
 	rX8664TLSDESC  = 36
 )
 
+// AArch64 dynamic TLS relocation types with the same meanings (ELF for the
+// Arm 64-bit Architecture, "Dynamic TLS relocations").
+const (
+	rA64TLSDTPMOD64 = 1028
+	rA64TLSTPREL64  = 1030
+	rA64TLSDESC     = 1031
+)
+
+// aarch64TCBSize is glibc's TLS_TCB_SIZE on aarch64 (TLS variant I): the
+// thread pointer points to a 16-byte TCB {dtv, private}, and module 1's
+// block follows it.
+const aarch64TCBSize = 16
+
 // RelocKind says what a GOT slot holds for the variable once ld.so has
 // relocated it; that is what the agent reads at run time.
 type RelocKind uint8
@@ -82,6 +95,9 @@ type TLSVar struct {
 	// can be the main program, whose TLS block ld.so places first.
 	Executable bool
 	Relocs     []TLSReloc
+	// Machine is the file's architecture (EM_X86_64 or EM_AARCH64), which
+	// sets the TLS layout.
+	Machine elf.Machine
 }
 
 // MainProgramTPOffset returns the variable's offset from the thread pointer
@@ -101,6 +117,15 @@ func (v *TLSVar) MainProgramTPOffset() (int64, error) {
 		return 0, fmt.Errorf("main program offset of %s: PT_TLS alignment %d is not a power of two", v.Path, align)
 	}
 	firstbyte := -v.TLSVaddr & (align - 1)
+	if v.Machine == elf.EM_AARCH64 {
+		// Variant I: the block follows the TCB, at the first offset
+		// aligned like it that leaves room for firstbyte.
+		off := roundUp(aarch64TCBSize, align)
+		if off-aarch64TCBSize < firstbyte {
+			off += align
+		}
+		return int64(off-firstbyte) + int64(v.Value), nil
+	}
 	blockOff := roundUp(v.TLSMemsz-firstbyte, align) + firstbyte
 	return int64(v.Value) - int64(blockOff), nil
 }
@@ -132,7 +157,7 @@ func findThreadContext(f *elf.File, path string) (*TLSVar, error) {
 
 // threadContextIn is findThreadContext on a .dynsym already read.
 func threadContextIn(f *elf.File, ds *dynsym, path string) (*TLSVar, error) {
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
 		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", ThreadContextSymbol, path, f.Class, f.Machine, ErrNotFound)
 	}
 	symIdx, sym, ok := ds.lookup(ThreadContextSymbol, func(s elf.Symbol) bool { return elf.ST_TYPE(s.Info) == elf.STT_TLS })
@@ -144,6 +169,7 @@ func threadContextIn(f *elf.File, ds *dynsym, path string) (*TLSVar, error) {
 		Defined:    sym.Section != elf.SHN_UNDEF,
 		Value:      sym.Value,
 		Executable: f.Type == elf.ET_EXEC,
+		Machine:    f.Machine,
 	}
 	for _, p := range f.Progs {
 		switch p.Type {
@@ -181,14 +207,8 @@ func tlsRelocs(f *elf.File, symIdx uint32, v *TLSVar) ([]TLSReloc, error) {
 			addend := int64(binary.LittleEndian.Uint64(data[16:24]))
 			sym, typ := uint32(info>>32), uint32(info)
 			var kind RelocKind
-			switch typ {
-			case rX8664TPOFF64:
-				kind = RelocTPOff
-			case rX8664TLSDESC:
-				kind = RelocTLSDesc
-			case rX8664DTPMOD64:
-				kind = RelocDTPMod
-			default:
+			kind = relocKind(v.Machine, typ)
+			if kind == 0 {
 				continue
 			}
 			named := sym == symIdx
@@ -240,4 +260,18 @@ func hookIn(f *elf.File, ds *dynsym, path string) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("find %s in %s: address %#x outside executable segments", HookSymbol, path, s.Value)
+}
+
+// relocKind names a dynamic relocation type of machine that reaches a TLS
+// variable through a GOT slot; 0 for any other type.
+func relocKind(machine elf.Machine, typ uint32) RelocKind {
+	switch {
+	case machine == elf.EM_X86_64 && typ == rX8664TPOFF64, machine == elf.EM_AARCH64 && typ == rA64TLSTPREL64:
+		return RelocTPOff
+	case machine == elf.EM_X86_64 && typ == rX8664TLSDESC, machine == elf.EM_AARCH64 && typ == rA64TLSDESC:
+		return RelocTLSDesc
+	case machine == elf.EM_X86_64 && typ == rX8664DTPMOD64, machine == elf.EM_AARCH64 && typ == rA64TLSDTPMOD64:
+		return RelocDTPMod
+	}
+	return 0
 }

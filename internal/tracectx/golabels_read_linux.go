@@ -11,8 +11,8 @@ import (
 
 // ReadLabels reads the pprof labels of the goroutine running on thread tid
 // of process pid, the way the eBPF program does at sample time. It stops the
-// thread briefly (PTRACE_SEIZE, PTRACE_INTERRUPT) to take its fsbase from
-// PTRACE_GETREGS, reads with process_vm_readv while it is stopped (so m.curg
+// thread briefly (PTRACE_SEIZE, PTRACE_INTERRUPT) to take its fsbase (x86) or
+// its x28 (arm64, where Go keeps g) from PTRACE_GETREGS, reads with process_vm_readv while it is stopped (so m.curg
 // cannot change under the walk), then detaches. It needs root or
 // CAP_SYS_PTRACE. It exists to validate offsets and the walk; the agent
 // never stops threads. The caller must not wait(2) for pid meanwhile: a
@@ -60,11 +60,7 @@ func readLabelsStopped(pid, tid int, info *GoRuntimeInfo) (map[string]string, er
 	if ws.TrapCause() != unix.PTRACE_EVENT_STOP && ws.StopSignal() != unix.SIGTRAP {
 		sig = ws.StopSignal()
 	}
-	var regs unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
-		return nil, fmt.Errorf("read registers of thread %d: %w", tid, err)
-	}
-	return ReadGoLabels(goProcMem(pid), regs.Fs_base, info)
+	return readLabelsOfRegs(pid, tid, info)
 }
 
 // goWaitStop waits for tid's ptrace stop. It polls, so that a stop that

@@ -40,6 +40,15 @@ func ReadGoLabels(mem io.ReaderAt, fsbase uint64, info *GoRuntimeInfo) (map[stri
 	if err != nil || g == 0 {
 		return nil, err
 	}
+	return ReadGoLabelsOfG(mem, g, info)
+}
+
+// ReadGoLabelsOfG does ReadGoLabels's walk from g itself, for arm64, where
+// the runtime keeps g in register x28 rather than in TLS.
+func ReadGoLabelsOfG(mem io.ReaderAt, g uint64, info *GoRuntimeInfo) (map[string]string, error) {
+	if g == 0 {
+		return nil, nil
+	}
 	m, err := goReadPtr(mem, g+uint64(info.OffM))
 	if err != nil {
 		return nil, err

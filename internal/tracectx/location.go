@@ -1,10 +1,12 @@
 package tracectx
 
 import (
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 )
 
 // LocationKind says how the eBPF program reaches a thread's
@@ -14,7 +16,7 @@ type LocationKind uint8
 const (
 	// LocationNone: the process publishes no thread context.
 	LocationNone LocationKind = iota
-	// LocationStaticTP: the variable is at fsbase + Offset (Offset < 0);
+	// LocationStaticTP: the variable is at tp + Offset (Offset < 0 on x86-64, >= 16 on aarch64);
 	// one read. Main program, libraries loaded at start-up, and dlopen'ed
 	// libraries that got static TLS.
 	LocationStaticTP
@@ -50,8 +52,11 @@ type Location struct {
 // tcbhead_t {void *tcb; dtv_t *dtv; ...}: the dtv pointer is at fsbase+8 and
 // points at dtv[0] (the generation); dtv[-1].counter is the number of slots;
 // each dtv_t is {void *val; void *to_free}.
+// On aarch64 (sysdeps/aarch64/nptl/tls.h) tcbhead_t is {dtv_t *dtv; void
+// *private}: the dtv pointer is at tp+0; the DTV itself is alike.
+var tcbDTVOffset = map[string]uint64{"amd64": 8, "arm64": 0}[runtime.GOARCH]
+
 const (
-	tcbDTVOffset   = 8
 	dtvEntrySize   = 16
 	dtvUnallocated = ^uint64(0) // TLS_DTV_UNALLOCATED: not yet touched by this thread
 	maxModuleID    = 1 << 16    // sanity bound; glibc's dtv grows by 14 slots at a time
@@ -103,12 +108,12 @@ func resolveSlot(mem io.ReaderAt, v *TLSVar, r TLSReloc, addr uint64) (Location,
 	w1 := binary.LittleEndian.Uint64(b[8:16])
 	switch r.Kind {
 	case RelocTPOff:
-		return staticTP(int64(w0), r, addr)
+		return staticTP(v.Machine, int64(w0), r, addr)
 	case RelocTLSDesc:
 		// Static: arg is the (negative) TP offset. Dynamic: arg points to
 		// struct tlsdesc_dynamic_arg {size_t module, offset; size_t gen}.
 		if int64(w1) < 0 {
-			return staticTP(int64(w1), r, addr)
+			return staticTP(v.Machine, int64(w1), r, addr)
 		}
 		if w0 == 0 || w1 == 0 {
 			return Location{}, fmt.Errorf("TLSDESC slot at %#x is empty: %w", addr, ErrUnresolved)
@@ -128,8 +133,14 @@ func resolveSlot(mem io.ReaderAt, v *TLSVar, r TLSReloc, addr uint64) (Location,
 	return Location{}, fmt.Errorf("slot at %#x: unknown relocation kind %v", addr, r.Kind)
 }
 
-func staticTP(off int64, r TLSReloc, addr uint64) (Location, error) {
-	if off >= 0 || off < -maxStaticTLS {
+func staticTP(machine elf.Machine, off int64, r TLSReloc, addr uint64) (Location, error) {
+	// Static TLS lies below the thread pointer on x86-64 (variant II)
+	// and past the 16-byte TCB above it on aarch64 (variant I).
+	bad := off >= 0 || off < -maxStaticTLS
+	if machine == elf.EM_AARCH64 {
+		bad = off < aarch64TCBSize || off > maxStaticTLS
+	}
+	if bad {
 		return Location{}, fmt.Errorf("%v slot at %#x holds TP offset %d: %w", r.Kind, addr, off, ErrUnresolved)
 	}
 	return Location{Kind: LocationStaticTP, Offset: off}, nil

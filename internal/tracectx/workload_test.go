@@ -142,11 +142,11 @@ func sampleThread(mem *os.File, tid int, loc Location) (threadSample, error) {
 		return s, fmt.Errorf("wait %d: %w", tid, err)
 	}
 	s.after = time.Now().UnixNano()
-	var regs unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &regs); err != nil {
-		return s, fmt.Errorf("registers of %d: %w", tid, err)
+	tp, err := ThreadPointer(tid)
+	if err != nil {
+		return s, err
 	}
-	c, ok, err := ReadThreadContext(mem, regs.Fs_base, loc)
+	c, ok, err := ReadThreadContext(mem, tp, loc)
 	s.c, s.ok = c, ok
 	return s, err
 }

@@ -9,10 +9,15 @@ import (
 // errCFI wraps malformed call-frame information.
 var errCFI = errors.New("malformed call frame information")
 
-// DWARF register numbers of x86-64.
+// DWARF register numbers of x86-64, and of AArch64's sp and frame
+// pointer (x29). Neither architecture's CFA is ever based on the other's
+// numbers (x86-64's 29 and 31 are xmm registers, AArch64's 6 and 7 argument
+// registers), so one table serves both.
 const (
-	regRBP = 6
-	regRSP = 7
+	regRBP   = 6
+	regRSP   = 7
+	regA64FP = 29
+	regA64SP = 31
 )
 
 // Pointer encodings (DW_EH_PE_*) of .eh_frame.
@@ -204,9 +209,9 @@ func (s state) rule() Rule {
 	switch {
 	case s.expr:
 		return Rule{}
-	case s.reg == regRSP:
+	case s.reg == regRSP || s.reg == regA64SP:
 		return Rule{Kind: SPOffset, Offset: s.offset}
-	case s.reg == regRBP:
+	case s.reg == regRBP || s.reg == regA64FP:
 		return Rule{Kind: FPOffset, Offset: s.offset}
 	}
 	return Rule{}

@@ -1,3 +1,8 @@
+// The workloads are x86-64 builds, and the registers are read from x86-64
+// ptrace state.
+
+//go:build amd64
+
 package unwind
 
 import (

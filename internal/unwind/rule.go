@@ -74,3 +74,17 @@ func RecoverCaller(rule Rule, sp uint64, stackCopy []byte) (ra uint64, ok bool) 
 	ra = binary.LittleEndian.Uint64(stackCopy[n-8 : n])
 	return ra, ra != 0
 }
+
+// RecoverCallerLR is RecoverCaller for AArch64, where a call leaves the
+// return address in the link register (x30) and a function stores it only
+// in its frame record. CFA = SP+0 means the function has stored nothing
+// (a leaf that does not touch sp, a function at its first instruction or
+// past its epilogue): x30 still holds the return address. Any other rule
+// says nothing about where the return address is, so no frame is guessed.
+// Go's pclntab rules follow amd64's layout and are never SP+0.
+func RecoverCallerLR(rule Rule, lr uint64) (ra uint64, ok bool) {
+	if rule.Kind != SPOffset || rule.Offset != 0 || lr == 0 {
+		return 0, false
+	}
+	return lr, true
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -68,6 +69,9 @@ func payloadFiles(dir string) payload {
 }
 
 func busyboxFor(a arch) (string, error) {
+	if a.busyboxPkg != "" {
+		return foreignBusybox(a)
+	}
 	if _, err := os.Stat(a.busybox); err != nil {
 		return "", fmt.Errorf("no static busybox for %s at %s (Debian package busybox-static): %w", a.goarch, a.busybox, err)
 	}
@@ -75,3 +79,28 @@ func busyboxFor(a arch) (string, error) {
 }
 
 func isUnavailable(err error) bool { return errors.Is(err, errUnavailable) }
+
+// foreignBusybox extracts bin/busybox of the architecture's busybox-static
+// package, downloaded to the kernel cache, next to the package.
+func foreignBusybox(a arch) (string, error) {
+	deb, err := download(a, a.busyboxPkg)
+	if err != nil {
+		return "", err
+	}
+	dst := strings.TrimSuffix(deb, ".deb") + ".busybox"
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(deb), "busybox-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if out, err := exec.Command("dpkg-deb", "-x", deb, dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("extract %s: %v: %s", deb, err, out)
+	}
+	if err := os.Rename(filepath.Join(dir, "bin", "busybox"), dst); err != nil {
+		return "", fmt.Errorf("no bin/busybox in %s: %w", deb, err)
+	}
+	return dst, nil
+}
