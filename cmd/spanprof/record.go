@@ -190,6 +190,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	go s.Run()
+	dropRecordCapabilities(f.output != "", log)
 
 	target := "all processes"
 	if len(f.pids) > 0 {
