@@ -21,8 +21,8 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 
 all: build
 
-# Without cgo every thread is Go's, so the agent can drop capabilities on
-# all of them after start-up.
+# Without cgo: a static binary that runs in any image. A plain go build
+# (cgo when gcc is there) drops capabilities as well (privileges.go).
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/spanprof
 

@@ -19,6 +19,9 @@ package main
 //	CAP_SYS_ADMIN         only on kernels without CAP_BPF (before 5.8),
 //	                      where it stands for CAP_BPF+CAP_PERFMON
 //
+// `record` drops the same way after attaching, keeping CAP_DAC_OVERRIDE
+// too when it writes a file (see dropRecordCapabilities).
+//
 // Dropped: everything else, in particular CAP_SYS_ADMIN, CAP_SYS_RESOURCE
 // (memlock, only before load), CAP_SYSLOG (/proc/kallsyms is read at
 // start), CAP_NET_BIND_SERVICE (the metrics port is bound at start), and
@@ -26,15 +29,21 @@ package main
 // and ambient set are cleared too, and no_new_privs is set: spanprof never
 // executes anything, so nothing it runs can regain a capability.
 //
-// Capabilities are per thread in Linux; the drop is applied to every
-// thread with syscall.AllThreadsSyscall, which Go refuses in binaries
-// linked with cgo. The release build (deploy/Dockerfile) uses
-// CGO_ENABLED=0; a cgo build reports errCapsCgo and keeps its
-// capabilities, and the caller should log that as a warning.
+// Capabilities are per thread in Linux, so the drop must reach every
+// thread. It goes through libcap's psx.Syscall6: without cgo that is
+// syscall.AllThreadsSyscall; with cgo (a plain `go build` on a machine
+// with a C compiler links cgo for the net package's resolver), where Go
+// refuses AllThreadsSyscall because it cannot see threads C created, psx
+// wraps pthread_create to know every thread and runs the call on each by
+// a signal. Either way the drop is then verified on every thread in
+// /proc/self/task. Both builds therefore drop; making the plain build
+// come out without cgo instead would take a build tag (netgo) that a
+// plain `go build` does not pass.
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,12 +52,14 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // capability is a Linux capability number (linux/capability.h).
 type capability uint
 
 const (
+	capDacOverride       capability = 1
 	capDacReadSearch     capability = 2
 	capSetpcap           capability = 8
 	capSysPtrace         capability = 19
@@ -61,6 +72,7 @@ const (
 )
 
 var capNames = map[capability]string{
+	capDacOverride:       "CAP_DAC_OVERRIDE",
 	capDacReadSearch:     "CAP_DAC_READ_SEARCH",
 	capSetpcap:           "CAP_SETPCAP",
 	capSysPtrace:         "CAP_SYS_PTRACE",
@@ -79,10 +91,6 @@ func (c capability) String() string {
 	return "CAP_" + strconv.Itoa(int(c))
 }
 
-// errCapsCgo: the binary was linked with cgo, so the drop cannot reach
-// every thread.
-var errCapsCgo = errors.New("capabilities not dropped: this spanprof was built with cgo, which keeps Go from changing every thread's capabilities (build with CGO_ENABLED=0)")
-
 // lastCap is the highest capability the kernel knows.
 func lastCap() capability {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
@@ -92,6 +100,22 @@ func lastCap() capability {
 		}
 	}
 	return capCheckpointRestore
+}
+
+// dropRecordCapabilities is the agent's drop for `record`, once its
+// programs are attached: record needs what the agent needs, and, when it
+// writes a file, CAP_DAC_OVERRIDE to create it where it was asked (a
+// directory of the user who ran sudo, say).
+func dropRecordCapabilities(output bool, log *slog.Logger) {
+	keep := runtimeCapabilities()
+	if output {
+		keep = append(keep, capDacOverride)
+	}
+	if kept, err := dropCapabilities(keep); err != nil {
+		log.Warn("keeping start-up capabilities", "error", err)
+	} else {
+		log.Debug("dropped capabilities not needed after start-up", "kept", fmt.Sprint(kept))
+	}
 }
 
 // runtimeCapabilities is what the agent keeps after start-up on this
@@ -129,10 +153,9 @@ func dropCapabilities(keep []capability) ([]capability, error) {
 	}
 	// Each step runs on every thread; a failure on any thread is an error.
 	all := func(trap, a1, a2, a3 uintptr) error {
-		_, _, errno := syscall.AllThreadsSyscall(trap, a1, a2, a3)
-		if errno == syscall.ENOTSUP {
-			return errCapsCgo
-		}
+		// Six arguments, so prctl's unused ones are zero, as it demands
+		// (psx's three-argument call leaves them to chance under cgo).
+		_, _, errno := psx.Syscall6(trap, a1, a2, a3, 0, 0, 0)
 		if errno != 0 {
 			return errno
 		}
@@ -161,7 +184,7 @@ func dropCapabilities(keep []capability) ([]capability, error) {
 		{Effective: uint32(mask >> 32), Permitted: uint32(mask >> 32)},
 	}
 	// Called directly so the pointers stay valid through the call.
-	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+	if _, _, errno := psx.Syscall6(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0, 0, 0, 0); errno != 0 {
 		return nil, fmt.Errorf("set capabilities: %w", errno)
 	}
 	// Verify on every thread: a thread the drop missed would keep all.

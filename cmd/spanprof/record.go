@@ -14,9 +14,11 @@ import (
 
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/debuginfod"
 	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/gowait"
 	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
@@ -84,13 +86,13 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 		"with --off-cpu: samples per second of the parked goroutines of Go processes (0: off)")
 	fs.StringVar(&f.output, "output", "", "write to FILE; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
-	mode := fs.String("symbolize", "local", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories; full: also debuginfod (DEBUGINFOD_URLS)")
+	mode := fs.String("symbolize", "", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories, offline; full: also debuginfod (DEBUGINFOD_URLS) (default full when DEBUGINFOD_URLS is set, else local)")
 	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
-	fs.DurationVar(&f.debuginfodWait, "debuginfod-wait", 5*time.Second, "with --symbolize=full, how long to wait at the end for debug files being fetched")
+	fs.DurationVar(&f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
 	if err = fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if f.symbolize, err = symbolize.ParseMode(*mode); err != nil {
+	if f.symbolize, err = symbolize.ResolveMode(*mode, len(debuginfod.URLsFromEnv()) > 0); err != nil {
 		return nil, fmt.Errorf("--symbolize: %w", err)
 	}
 	if f.debuginfodWait < 0 {
@@ -188,6 +190,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	go s.Run()
+	dropRecordCapabilities(f.output != "", log)
 
 	target := "all processes"
 	if len(f.pids) > 0 {
@@ -253,6 +256,7 @@ loop:
 	sym.report(log)
 	prof.Lost = lostCounts(counters)
 	goWait.merge(prof)
+	sym.reportUnnamed(stderr, profile.CountUnnamed(prof), len(debuginfod.URLsFromEnv()) > 0)
 	if n := totalLost(prof.Lost); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)
 	}

@@ -9,15 +9,16 @@ import (
 )
 
 // TestReliabilityDropCapabilities drops to the runtime set in a child test
-// process (the drop cannot be undone), built with CGO_ENABLED=0 as the
-// release is, and checks every thread of it.
+// process (the drop cannot be undone), built without cgo as the release
+// is and with cgo as a plain `go build` on a machine with gcc is, and
+// checks every thread of it.
 func TestReliabilityDropCapabilities(t *testing.T) {
 	if os.Getenv("SPANPROF_DROP_CHILD") == "1" {
 		kept, err := dropCapabilities(runtimeCapabilities())
 		if err != nil {
 			t.Fatalf("drop: %v", err)
 		}
-		t.Logf("kept %v", kept)
+		t.Logf("cgo %v: kept %v", cgoEnabled(), kept)
 		// Gone for good: CAP_SYS_ADMIN cannot come back.
 		if c, _ := threadCaps(); c.effective&(1<<capSysAdmin) != 0 && lastCap() >= capBPF {
 			t.Fatal("CAP_SYS_ADMIN still effective")
@@ -31,19 +32,31 @@ func TestReliabilityDropCapabilities(t *testing.T) {
 		t.Skip("needs root: drops capabilities it must have first")
 	}
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go command to build the child without cgo")
+		t.Skip("needs the go command to build the children")
 	}
-	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestReliabilityDropCapabilities$", "-v", ".")
-	cmd.Env = append(os.Environ(), "SPANPROF_DROP_CHILD=1", "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	t.Logf("child:\n%s", out)
-	if err != nil {
-		t.Fatalf("child failed: %v", err)
-	}
-	for _, c := range []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"} {
-		if !strings.Contains(string(out), c) {
-			t.Errorf("child did not keep %s", c)
-		}
+	for _, cgo := range []string{"0", "1"} {
+		t.Run("CGO_ENABLED="+cgo, func(t *testing.T) {
+			if cgo == "1" {
+				if _, err := exec.LookPath("gcc"); err != nil {
+					t.Skip("no gcc for a cgo build")
+				}
+			}
+			cmd := exec.Command("go", "test", "-count=1", "-run", "^TestReliabilityDropCapabilities$", "-v", ".")
+			cmd.Env = append(os.Environ(), "SPANPROF_DROP_CHILD=1", "CGO_ENABLED="+cgo)
+			out, err := cmd.CombinedOutput()
+			t.Logf("child:\n%s", out)
+			if err != nil {
+				t.Fatalf("child failed: %v", err)
+			}
+			if want := "cgo " + map[string]string{"0": "false", "1": "true"}[cgo]; !strings.Contains(string(out), want) {
+				t.Fatalf("child was not built as asked: no %q", want)
+			}
+			for _, c := range []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"} {
+				if !strings.Contains(string(out), c) {
+					t.Errorf("child did not keep %s", c)
+				}
+			}
+		})
 	}
 }
 
@@ -58,34 +71,4 @@ func unixCapsetAll() error {
 		return errors.New("not regained")
 	}
 	return nil
-}
-
-func TestReliabilityDropCapabilitiesCgo(t *testing.T) {
-	// In this (cgo) test binary the drop must refuse clearly rather than
-	// change one thread and leave the others privileged.
-	if os.Getenv("SPANPROF_DROP_CHILD") == "1" || os.Geteuid() != 0 {
-		t.Skip("runs in the parent, as root")
-	}
-	if !cgoEnabled() {
-		t.Skip("built without cgo")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestReliabilityDropCgoChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "SPANPROF_DROP_CGO_CHILD=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-}
-
-func TestReliabilityDropCgoChild(t *testing.T) {
-	if os.Getenv("SPANPROF_DROP_CGO_CHILD") != "1" {
-		t.Skip("child of TestReliabilityDropCapabilitiesCgo")
-	}
-	_, err := dropCapabilities(runtimeCapabilities())
-	if !errors.Is(err, errCapsCgo) {
-		t.Fatalf("drop in a cgo binary: %v, want errCapsCgo", err)
-	}
-	if c, _ := threadCaps(); c.effective&(1<<capSysAdmin) == 0 {
-		t.Fatal("a refused drop changed this thread")
-	}
 }

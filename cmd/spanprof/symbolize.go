@@ -10,6 +10,7 @@ import (
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/debuginfod"
 	"github.com/spanprof/spanprof/internal/perfmap"
+	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
@@ -82,4 +83,23 @@ func (s *symbolization) report(log *slog.Logger) {
 		}
 		log.Debug("debuginfod", "requested", d.Requested, "fetched", d.Fetched, "pending", d.Pending)
 	}
+}
+
+// reportUnnamed prints one line when frames of binaries stayed unnamed
+// for want of symbols or debug info, with what would name them.
+func (s *symbolization) reportUnnamed(stderr io.Writer, u profile.Unnamed, debuginfodSet bool) {
+	if s.mode == symbolize.ModeNone || u.Samples == 0 {
+		return
+	}
+	var hint string
+	switch {
+	case s.debuginfod != nil:
+		hint = "neither the debug directories nor debuginfod had their debug files"
+	case debuginfodSet:
+		hint = "--symbolize=local does not ask the debuginfod servers of DEBUGINFOD_URLS"
+	default:
+		hint = "set DEBUGINFOD_URLS to fetch their debug files, or install them (--debug-dir)"
+	}
+	fmt.Fprintf(stderr, "spanprof: %d samples have frames left unnamed for want of symbols or debug info in %d binaries (%s): %s\n",
+		u.Samples, len(u.Objects), u, hint)
 }

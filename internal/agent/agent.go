@@ -84,11 +84,16 @@ type Agent struct {
 	perfMaps  *perfmap.Cache
 	sym       *symbolize.Symbolizer
 	exporters []*Exporter
-	hostName  string
-	now       func() time.Time
-	execs     map[string]bool
-	match     map[uint32]bool // pid → wanted, for the executable filter
-	stopping  atomic.Bool
+	// unnamedSaid is set once the unnamed frames were reported.
+	unnamedSaid bool
+	symMode     symbolize.Mode
+	// debuginfodSet: debuginfod servers are configured (used or not).
+	debuginfodSet bool
+	hostName      string
+	now           func() time.Time
+	execs         map[string]bool
+	match         map[uint32]bool // pid → wanted, for the executable filter
+	stopping      atomic.Bool
 	// retained is how many processes the last report left tracked.
 	retained atomic.Int64
 	// metricsAddr is where /metrics listens once Run started.
@@ -157,6 +162,7 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a.perfMaps, a.sym = sym.perfMaps, sym.symbolizer
+	a.symMode, a.debuginfodSet = sym.mode, sym.urls > 0
 	collOpts := collect.Options{Frequency: cfg.Frequency, Tracker: opts.Tracker, Logger: log,
 		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
 	if opts.Kernel != nil {
@@ -390,7 +396,9 @@ func (a *Agent) report() {
 		return
 	}
 	a.stampHost(prof)
-	b, err := newBatch(prof, agg.Finish(), n)
+	fin := agg.Finish()
+	a.reportUnnamed(fin)
+	b, err := newBatch(prof, fin, n)
 	if err != nil {
 		// Not expected: pdata encodes whatever it holds.
 		for _, e := range a.exporters {
@@ -442,4 +450,26 @@ func (a *Agent) healthy() error {
 		return errors.New("stopping")
 	}
 	return nil
+}
+
+// reportUnnamed logs once, at the first report that has them, that
+// frames of binaries stayed unnamed for want of symbols or debug info,
+// and what would name them.
+func (a *Agent) reportUnnamed(agg *profile.Aggregate) {
+	if a.unnamedSaid || a.symMode == symbolize.ModeNone {
+		return
+	}
+	u := agg.CountUnnamedFrames()
+	if len(u.Objects) == 0 {
+		return
+	}
+	a.unnamedSaid = true
+	hint := "set DEBUGINFOD_URLS (or symbolization.debuginfod_urls) to fetch their debug files, or install them"
+	switch {
+	case a.symMode == symbolize.ModeFull:
+		hint = "neither the debug directories nor debuginfod had their debug files"
+	case a.debuginfodSet:
+		hint = "symbolization mode local does not ask the configured debuginfod servers"
+	}
+	a.log.Warn("frames left unnamed for want of symbols or debug info (said once)", "binaries", len(u.Objects), "examples", u.String(), "hint", hint)
 }

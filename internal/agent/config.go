@@ -115,9 +115,11 @@ type Retry struct {
 
 // Symbolization configures symbol lookup.
 type Symbolization struct {
-	// Mode is local (binaries and debug files on this host), none
-	// (addresses, build IDs and file offsets only, for a backend that
-	// symbolizes) or full (local, then debuginfod).
+	// Mode is local (binaries and debug files on this host, offline),
+	// none (addresses, build IDs and file offsets only, for a backend
+	// that symbolizes) or full (local, then debuginfod). Empty means full
+	// when debuginfod URLs are configured (here or DEBUGINFOD_URLS), else
+	// local.
 	Mode string `yaml:"mode"`
 	// DebuginfodURLs are asked in order in full mode; empty means
 	// DEBUGINFOD_URLS from the environment.
@@ -179,7 +181,7 @@ func Default() Config {
 			Retry:           Retry{InitialInterval: time.Second, MaxInterval: 30 * time.Second, MaxElapsed: 5 * time.Minute},
 			ShutdownTimeout: 5 * time.Second,
 		},
-		Symbolization: Symbolization{Mode: "local", DWARFCacheDir: filepath.Join(os.TempDir(), "spanprof-dwarf"), CacheMiB: 32},
+		Symbolization: Symbolization{DWARFCacheDir: filepath.Join(os.TempDir(), "spanprof-dwarf"), CacheMiB: 32},
 		Memory:        Memory{GCPercent: 50, RingMiB: 4},
 		MetricsListen: "127.0.0.1:9464",
 		LogLevel:      "info",

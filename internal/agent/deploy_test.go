@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"crypto/x509"
 	"errors"
 	"io"
 	"os"
@@ -14,6 +15,17 @@ import (
 
 	"go.yaml.in/yaml/v3"
 )
+
+// relocate stands a test-made file for a path of the Secret the pod
+// mounts: it checks the deployed path is under /etc/spanprof/tls/ and
+// returns the test's file.
+func relocate(t *testing.T, deployed, local string) string {
+	t.Helper()
+	if !strings.HasPrefix(deployed, "/etc/spanprof/tls/") {
+		t.Fatalf("TLS file %q is not in the mounted Secret /etc/spanprof/tls/", deployed)
+	}
+	return local
+}
 
 // The files under deploy/ are checked here: the collector configuration
 // by the real collector's `validate`, the agent configuration by the
@@ -54,6 +66,12 @@ func TestDeployAgentConfig(t *testing.T) {
 	if err := LoadFile(filepath.Join(root, "deploy", "agent.yaml"), &cfg); err != nil {
 		t.Fatal(err)
 	}
+	// The TLS files come from a Secret in the pod; made here instead.
+	ca := newPKI(t, "deploy")
+	tlsCfg := &cfg.Export.TLS
+	tlsCfg.CAFile = relocate(t, tlsCfg.CAFile, ca.CAFile)
+	cert, key := ca.issue(t, "agent", x509.ExtKeyUsageClientAuth)
+	tlsCfg.CertFile, tlsCfg.KeyFile = relocate(t, tlsCfg.CertFile, cert), relocate(t, tlsCfg.KeyFile, key)
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("deploy/agent.yaml: %v", err)
 	}

@@ -31,8 +31,8 @@ import (
 
 // Batch is one report ready to send: the OTLP request in protobuf form,
 // which is compact (the dictionary shares every string, frame and stack)
-// and immutable, so exporters can share it and rebuild a fresh request
-// for every attempt (sending pdata mutates it).
+// and immutable, so exporters share it and send these very bytes on
+// every attempt.
 type Batch struct {
 	data []byte
 	// Samples is the number of events in it, for the counts of what was
@@ -48,7 +48,9 @@ func NewBatch(p *profile.Profile) (Batch, error) {
 // newBatch encodes agg, the aggregate of n samples, with p's processes and
 // times (p's own samples are not read).
 func newBatch(p *profile.Profile, agg *profile.Aggregate, n int) (Batch, error) {
-	data, err := pprofileotlp.NewExportRequestFromProfiles(otlp.BuildAggregate(p, agg)).MarshalProto()
+	// EncodeProto, not pdata's marshaller: its output passes the
+	// conformance rules (see otlp.EncodeProto).
+	data, err := otlp.EncodeProto(otlp.BuildAggregate(p, agg))
 	if err != nil {
 		return Batch{}, fmt.Errorf("encode profiles: %w", err)
 	}
@@ -66,7 +68,6 @@ func (b Batch) Size() int { return len(b.data) }
 type Exporter struct {
 	endpoint string
 	conn     *grpc.ClientConn
-	client   pprofileotlp.GRPCClient
 	md       metadata.MD
 	cfg      Export
 	m        *Metrics
@@ -130,7 +131,6 @@ func NewExporter(endpoint string, cfg Export, m *Metrics, log *slog.Logger) (*Ex
 	e := &Exporter{
 		endpoint: endpoint,
 		conn:     conn,
-		client:   pprofileotlp.NewGRPCClient(conn),
 		md:       md,
 		cfg:      cfg,
 		m:        m,
@@ -388,20 +388,17 @@ func (e *Exporter) deliver(b Batch) {
 	}
 }
 
-// send makes one export request, decoded afresh from the batch because
-// marshalling pdata mutates it.
+// send makes one export request with the batch's bytes as its body.
 func (e *Exporter) send(b Batch) error {
-	req := pprofileotlp.NewExportRequest()
-	if err := req.UnmarshalProto(b.data); err != nil {
-		return status.Errorf(codes.Internal, "decode batch: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.Timeout)
 	defer cancel()
-	if len(e.md) > 0 {
-		ctx = metadata.NewOutgoingContext(ctx, e.md)
-	}
+	md := e.md.Copy()
+	// The schema version pdata's own client announces.
+	md.Set(pprofileotlp.DevelopmentVersionHeader, pprofileotlp.DevelopmentVersion)
+	ctx = metadata.NewOutgoingContext(ctx, md)
+	resp := pprofileotlp.NewExportResponse()
 	t0 := time.Now()
-	resp, err := e.client.Export(ctx, req)
+	err := e.conn.Invoke(ctx, exportMethod, rawRequest(b.data), resp, grpc.ForceCodec(rawCodec{}))
 	e.m.exportDuration.WithLabelValues(e.endpoint).Observe(time.Since(t0).Seconds())
 	result := "success"
 	if err != nil {
@@ -443,4 +440,32 @@ func retryable(err error) (time.Duration, bool) {
 // jitter spreads retries of many agents: d ± 20 %.
 func jitter(d time.Duration) time.Duration {
 	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
+}
+
+// exportMethod is the OTLP profiles service's one method.
+const exportMethod = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+
+// rawRequest is an export request already in protobuf form.
+type rawRequest []byte
+
+// rawCodec sends a rawRequest as it is and decodes the response with
+// pdata, so a batch is encoded once however often it is sent.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	r, ok := v.(rawRequest)
+	if !ok {
+		return nil, fmt.Errorf("encode %T: not a raw request", v)
+	}
+	return r, nil
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	r, ok := v.(pprofileotlp.ExportResponse)
+	if !ok {
+		return fmt.Errorf("decode into %T: not an export response", v)
+	}
+	return r.UnmarshalProto(data)
 }

@@ -11,9 +11,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 
+	"github.com/spanprof/spanprof/internal/export/otlp/conform"
 	"github.com/spanprof/spanprof/internal/profile"
 )
 
@@ -28,6 +31,8 @@ type fakeCollector struct {
 	calls int
 	got   []pprofile.Profiles
 	md    []metadata.MD
+	// raw holds every request body as it came over the wire.
+	raw [][]byte
 	// compression is what the last request's header named.
 	compression string
 	// fail decides the outcome of call n (1-based); nil accepts all.
@@ -50,11 +55,40 @@ func startFakeCollector(t *testing.T, addr string, fail func(n int) error) *fake
 		t.Fatalf("listen: %v", err)
 	}
 	f := &fakeCollector{addr: ln.Addr().String(), fail: fail}
-	f.srv = grpc.NewServer(grpc.StatsHandler(headerSpy{f}))
+	f.srv = grpc.NewServer(grpc.StatsHandler(headerSpy{f}),
+		grpc.ForceServerCodecV2(bodySpy{f: f, CodecV2: encoding.GetCodecV2("proto")}))
 	pprofileotlp.RegisterGRPCServer(f.srv, f)
 	go func() { _ = f.srv.Serve(ln) }()
 	t.Cleanup(f.srv.Stop)
+	// Every export request of every test must pass the conformance
+	// rules, as profcheck counts them.
+	t.Cleanup(func() { f.checkConform(t) })
 	return f
+}
+
+// bodySpy keeps each request body before the collector's codec decodes it.
+type bodySpy struct {
+	encoding.CodecV2
+	f *fakeCollector
+}
+
+func (b bodySpy) Unmarshal(data mem.BufferSlice, v any) error {
+	b.f.mu.Lock()
+	b.f.raw = append(b.f.raw, data.Materialize())
+	b.f.mu.Unlock()
+	return b.CodecV2.Unmarshal(data, v)
+}
+
+// checkConform runs the conformance rules over every request body.
+func (f *fakeCollector) checkConform(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, body := range f.raw {
+		if err := (conform.Checker{Profcheck: true}).CheckProto(body); err != nil {
+			t.Errorf("export request %d of %d: %v", i+1, len(f.raw), err)
+		}
+	}
 }
 
 func (f *fakeCollector) Export(ctx context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {

@@ -60,7 +60,7 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	metrics := fs.String("metrics-listen", "", "serve /metrics and /healthz on `HOST:PORT` (default 127.0.0.1:9464; \"off\" disables)")
 	fs.StringVar(&hostName, "host-name", "", "host.name resource attribute (default: the host name)")
 	fs.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default info)")
-	symMode := fs.String("symbolize", "", "none (addresses and build IDs for the backend), local or full (adds debuginfod) (default local)")
+	symMode := fs.String("symbolize", "", "none (addresses and build IDs for the backend), local (offline) or full (adds debuginfod) (default full when debuginfod URLs are set, else local)")
 	fs.Var(&debugDirs, "debug-dir", "search `DIR` for separate debug files (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

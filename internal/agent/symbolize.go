@@ -17,6 +17,7 @@ type symbolization struct {
 	symbolizer *symbolize.Symbolizer
 	perfMaps   *perfmap.Cache
 	debuginfod *debuginfod.Client // nil unless mode full with servers
+	urls       int                // debuginfod servers configured
 }
 
 // newSymbolization builds the symbolizer (debug dirs, debuginfod in full
@@ -24,18 +25,18 @@ type symbolization struct {
 // mode, frames of binaries whose debug file is still being fetched keep
 // module+offset and build ID; the reports after the fetch resolve them.
 func newSymbolization(cfg Symbolization, log *slog.Logger, reg prometheus.Registerer) (*symbolization, error) {
-	mode, err := symbolize.ParseMode(cfg.Mode)
+	urls := cfg.DebuginfodURLs
+	if len(urls) == 0 {
+		urls = debuginfod.URLsFromEnv()
+	}
+	mode, err := symbolize.ResolveMode(cfg.Mode, len(urls) > 0)
 	if err != nil {
 		return nil, err
 	}
-	s := &symbolization{mode: mode, perfMaps: perfmap.New(perfmap.Options{})}
+	s := &symbolization{mode: mode, perfMaps: perfmap.New(perfmap.Options{}), urls: len(urls)}
 	opts := symbolize.Options{Mode: mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug"),
 		DWARFSpillDir: cfg.DWARFCacheDir, MaxBytes: int64(cfg.CacheMiB) << 20}
 	if mode == symbolize.ModeFull {
-		urls := cfg.DebuginfodURLs
-		if len(urls) == 0 {
-			urls = debuginfod.URLsFromEnv()
-		}
 		if len(urls) == 0 {
 			log.Warn("symbolization mode full without debuginfod URLs: local debug files only")
 		} else {

@@ -85,7 +85,14 @@ func attachExitMaps(objs *bpf.ExitMapsObjects, log *slog.Logger) ([]link.Link, e
 		}
 		return nil, err
 	}
+	mounted, errTracefs := ensureTracefs()
+	if mounted {
+		log.Info("mounted tracefs at " + tracefsPath + " for the exit_group tracepoint")
+	}
 	group, errGroup := link.Tracepoint("syscalls", "sys_enter_exit_group", objs.CaptureExitGroup, nil)
+	if errGroup != nil && errTracefs != nil {
+		errGroup = fmt.Errorf("%w (%v)", errGroup, errTracefs)
+	}
 	if errGroup == nil {
 		links = append(links, group)
 	}
@@ -96,10 +103,17 @@ func attachExitMaps(objs *bpf.ExitMapsObjects, log *slog.Logger) ([]link.Link, e
 	if len(links) == 0 {
 		return fail(fmt.Errorf("attach syscalls/sys_enter_exit_group: %w; tp_btf/sched_process_exit: %v", errGroup, errExit))
 	}
-	if errGroup != nil {
-		log.Warn("mappings are captured at sched_process_exit only, which kernels before 6.16 trace after the mm is gone (those exits count as exit_maps_missed)",
+	switch {
+	case errGroup == nil:
+	case exitSeesMM():
+		// Nothing is lost: this kernel's sched_process_exit sees every
+		// exit with its mm.
+		log.Info("mappings are captured at sched_process_exit only, which sees every exit on this kernel", "reason", fmt.Errorf("attach syscalls/sys_enter_exit_group: %w", errGroup))
+	default:
+		log.Warn("mappings are captured at sched_process_exit only, which this kernel (before 6.16) traces after the mm is gone (those exits count as exit_maps_missed)",
 			"reason", fmt.Errorf("attach syscalls/sys_enter_exit_group: %w", errGroup))
 	}
+	log.Debug("exit mappings capture attached", "exit_group", errGroup == nil, "sched_process_exit", errExit == nil)
 	for _, p := range []*ebpf.Program{objs.FlagExec, objs.FlagFork} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {

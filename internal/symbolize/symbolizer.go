@@ -85,6 +85,18 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("parse symbolization mode %q: want none, local or full", s)
 }
 
+// ResolveMode is ParseMode with the default chosen for the user: an
+// empty s (no mode asked for) is full when debuginfod servers are
+// configured, since a user who set DEBUGINFOD_URLS expects them used, as
+// elfutils' tools and gdb use them, and local otherwise. An explicit
+// "local" stays offline.
+func ResolveMode(s string, debuginfod bool) (Mode, error) {
+	if s == "" && debuginfod {
+		return ModeFull, nil
+	}
+	return ParseMode(s)
+}
+
 // String returns the flag spelling of the mode.
 func (m Mode) String() string {
 	switch m {

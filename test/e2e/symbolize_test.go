@@ -98,11 +98,16 @@ func TestRecordSymbolizeModes(t *testing.T) {
 		args      []string
 		nsenter   bool
 		wantNames bool
+		// wantLine is in the line about unnamed frames ("" for no line).
+		wantLine string
 	}{
-		{"stripped, local, no debug file", stripped, []string{"--debug-dir", t.TempDir()}, false, false},
-		{"stripped, --debug-dir with .build-id", stripped, []string{"--debug-dir", debugDir}, false, true},
-		{"stripped, full, debuginfod", stripped, []string{"--symbolize=full", "--debuginfod-wait=60s"}, true, true},
-		{"unstripped, none", symFixture(t, "chain-gcc"), []string{"--symbolize=none"}, false, false},
+		{"stripped, local, no debug file", stripped, []string{"--debug-dir", t.TempDir()}, false, false, "set DEBUGINFOD_URLS"},
+		{"stripped, --debug-dir with .build-id", stripped, []string{"--debug-dir", debugDir}, false, true, ""},
+		{"stripped, full, debuginfod", stripped, []string{"--symbolize=full", "--debuginfod-wait=60s"}, true, true, ""},
+		// DEBUGINFOD_URLS set and no --symbolize: debuginfod is asked.
+		{"stripped, default, DEBUGINFOD_URLS", stripped, []string{"--debuginfod-wait=60s"}, true, true, ""},
+		{"stripped, local, DEBUGINFOD_URLS", stripped, []string{"--symbolize=local"}, true, false, "--symbolize=local does not ask"},
+		{"unstripped, none", symFixture(t, "chain-gcc"), []string{"--symbolize=none"}, false, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,6 +150,19 @@ func TestRecordSymbolizeModes(t *testing.T) {
 			}
 			if !tt.wantNames && named > 0 {
 				t.Errorf("%d frames named; want module+offset only", named)
+			}
+			line := ""
+			for _, l := range strings.Split(string(stderr), "\n") {
+				if strings.Contains(l, "left unnamed") {
+					line = l
+				}
+			}
+			base := filepath.Base(tt.bin)
+			switch {
+			case tt.wantLine == "" && strings.Contains(line, base):
+				t.Errorf("unnamed-frames line names the fixture, whose frames were named: %q", line)
+			case tt.wantLine != "" && !(strings.Contains(line, tt.wantLine) && strings.Contains(line, base)):
+				t.Errorf("want a line naming %s with %q, got %q\n%s", base, tt.wantLine, line, stderr)
 			}
 		})
 	}

@@ -104,32 +104,58 @@ func setResource(attrs pcommon.Map, pid uint32, pr *profile.Process) {
 func (b *builder) addProfiles(dst pprofile.ProfilesSlice, p *profile.Profile, groups []profile.Group) {
 	split := sort.Search(len(groups), func(i int) bool { return groups[i].Kind != profile.OnCPU })
 	if split > 0 {
-		prof := b.newProfile(dst, p, sampleTypeOnCPU, sampleUnitOnCPU)
+		prof := b.newProfile(dst, p, groups[:split], sampleTypeOnCPU, sampleUnitOnCPU)
 		prof.PeriodType().SetTypeStrindex(b.str(periodTypeCPU))
 		prof.PeriodType().SetUnitStrindex(b.str(unitNanoseconds))
 		prof.SetPeriod(p.PeriodNanos())
 		b.addSamples(prof, groups[:split], false)
 	}
 	if split < len(groups) {
-		prof := b.newProfile(dst, p, sampleTypeOffCPU, unitNanoseconds)
+		prof := b.newProfile(dst, p, groups[split:], sampleTypeOffCPU, unitNanoseconds)
 		b.addSamples(prof, groups[split:], true)
 	}
 }
 
-func (b *builder) newProfile(dst pprofile.ProfilesSlice, p *profile.Profile, typ, unit string) pprofile.Profile {
+func (b *builder) newProfile(dst pprofile.ProfilesSlice, p *profile.Profile, groups []profile.Group, typ, unit string) pprofile.Profile {
 	prof := dst.AppendEmpty()
 	var id [16]byte
 	_, _ = rand.Read(id[:]) // crypto/rand never fails on Linux
 	prof.SetProfileID(pprofile.ProfileID(id))
 	prof.SampleType().SetTypeStrindex(b.str(typ))
 	prof.SampleType().SetUnitStrindex(b.str(unit))
-	if !p.Start.IsZero() {
-		prof.SetTime(pcommon.NewTimestampFromTime(p.Start))
-		if d := p.End.Sub(p.Start); d > 0 {
-			prof.SetDurationNano(uint64(d))
-		}
+	if start, end, ok := timeRange(p, groups); ok {
+		prof.SetTime(pcommon.Timestamp(start))
+		prof.SetDurationNano(end - start)
 	}
 	return prof
+}
+
+// timeRange is the profile's [start, end) in Unix nanoseconds: the
+// collection window, widened to hold every sample's timestamp, as the
+// protocol requires. Samples do fall outside the window: records the
+// kernel wrote before the programs were detached are read after the
+// window closed, an agent interval receives records stamped before it
+// began (ring-buffer latency), and the boot-time offset is re-synced.
+func timeRange(p *profile.Profile, groups []profile.Group) (start, end uint64, ok bool) {
+	if !p.Start.IsZero() {
+		start, end, ok = uint64(p.Start.UnixNano()), uint64(p.Start.UnixNano()), true
+		if p.End.After(p.Start) {
+			end = uint64(p.End.UnixNano())
+		}
+	}
+	for i := range groups {
+		for _, t := range groups[i].Times {
+			if t == 0 {
+				continue // no time; nothing to cover
+			}
+			if !ok {
+				start, end, ok = t, t+1, true
+			}
+			start = min(start, t)
+			end = max(end, t+1) // the range is half-open
+		}
+	}
+	return start, end, ok
 }
 
 func (b *builder) addSamples(prof pprofile.Profile, groups []profile.Group, offCPU bool) {
@@ -169,8 +195,12 @@ type builder struct {
 	links     map[profile.Link]int32
 	mappings  map[profile.Mapping]int32
 	functions map[funcKey]int32
-	locations map[string]int32
-	stacks    map[int32]int32 // aggregate stack id -> stack_table index
+	locations map[string]int32 // frame ids -> location_table index
+	// locContent maps a location's exported content to its index.
+	locContent map[string]int32
+	stacks     map[int32]int32 // aggregate stack id -> stack_table index
+	// stackContent maps a stack's location indices to its index.
+	stackContent map[string]int32
 }
 
 type attrKey struct {
@@ -184,15 +214,17 @@ type funcKey struct{ name, file string }
 
 func newBuilder(dict pprofile.ProfilesDictionary, agg *profile.Aggregate) *builder {
 	b := &builder{
-		dict:      dict,
-		agg:       agg,
-		strings:   map[string]int32{"": 0},
-		attrs:     map[attrKey]int32{},
-		links:     map[profile.Link]int32{{}: 0},
-		mappings:  map[profile.Mapping]int32{},
-		functions: map[funcKey]int32{},
-		locations: map[string]int32{},
-		stacks:    map[int32]int32{},
+		dict:         dict,
+		agg:          agg,
+		strings:      map[string]int32{"": 0},
+		attrs:        map[attrKey]int32{},
+		links:        map[profile.Link]int32{{}: 0},
+		mappings:     map[profile.Mapping]int32{},
+		functions:    map[funcKey]int32{},
+		locations:    map[string]int32{},
+		locContent:   map[string]int32{},
+		stacks:       map[int32]int32{},
+		stackContent: map[string]int32{},
 	}
 	// Index 0 of every table is the zero value ("no mapping", "no link"...).
 	dict.StringTable().Append("")
@@ -256,6 +288,12 @@ func (b *builder) mapping(f profile.Frame) int32 {
 	if !ok {
 		return 0
 	}
+	// Key by what is exported, so mappings differing in nothing else
+	// share one entry.
+	m.Kernel = false
+	if m.BuildID != "" {
+		m.HTLHash = ""
+	}
 	if i, ok := b.mappings[m]; ok {
 		return i
 	}
@@ -301,20 +339,44 @@ func (b *builder) location(run []int32) int32 {
 		return i
 	}
 	phys := b.agg.Frames[run[len(run)-1]]
-	i := int32(b.dict.LocationTable().Len())
-	loc := b.dict.LocationTable().AppendEmpty()
-	loc.SetAddress(phys.Address)
-	loc.SetMappingIndex(b.mapping(phys))
+	// Distinct frames can export alike (they differ in what OTLP does not
+	// carry), so the location is looked up by what it holds too, or the
+	// table would hold duplicates.
+	mi := b.mapping(phys)
+	content := binary.LittleEndian.AppendUint64(nil, phys.Address)
+	content = binary.LittleEndian.AppendUint32(content, uint32(mi))
+	type line struct {
+		fn   int32
+		line int64
+	}
+	var lines []line
 	for _, id := range run {
 		f := b.agg.Frames[id]
 		if f.Function == "" {
 			continue
 		}
-		line := loc.Lines().AppendEmpty()
-		line.SetFunctionIndex(b.function(f))
-		line.SetLine(int64(f.Line))
+		// OTLP lines are non-negative, 0 meaning unknown; Go's line
+		// table says -1 for functions it has no line for (assembly).
+		l := line{b.function(f), int64(max(f.Line, 0))}
+		lines = append(lines, l)
+		content = binary.LittleEndian.AppendUint32(content, uint32(l.fn))
+		content = binary.LittleEndian.AppendUint64(content, uint64(l.line))
+	}
+	if i, ok := b.locContent[string(content)]; ok {
+		b.locations[string(key)] = i
+		return i
+	}
+	i := int32(b.dict.LocationTable().Len())
+	loc := b.dict.LocationTable().AppendEmpty()
+	loc.SetAddress(phys.Address)
+	loc.SetMappingIndex(mi)
+	for _, l := range lines {
+		ln := loc.Lines().AppendEmpty()
+		ln.SetFunctionIndex(l.fn)
+		ln.SetLine(l.line)
 	}
 	b.locations[string(key)] = i
+	b.locContent[string(content)] = i
 	return i
 }
 
@@ -322,11 +384,21 @@ func (b *builder) stack(id int32) int32 {
 	if i, ok := b.stacks[id]; ok {
 		return i
 	}
-	i := int32(b.dict.StackTable().Len())
-	st := b.dict.StackTable().AppendEmpty()
+	// Stacks of distinct frames can share their locations (see location).
+	var locs []int32
+	var content []byte
 	for _, run := range b.agg.Locations(b.agg.Stacks[id]) {
-		st.LocationIndices().Append(b.location(run))
+		li := b.location(run)
+		locs = append(locs, li)
+		content = binary.LittleEndian.AppendUint32(content, uint32(li))
 	}
+	if i, ok := b.stackContent[string(content)]; ok {
+		b.stacks[id] = i
+		return i
+	}
+	i := int32(b.dict.StackTable().Len())
+	b.dict.StackTable().AppendEmpty().LocationIndices().FromRaw(locs)
 	b.stacks[id] = i
+	b.stackContent[string(content)] = i
 	return i
 }
