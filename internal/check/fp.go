@@ -49,7 +49,7 @@ var toolchainNames = map[string]bool{
 	"__stack_chk_fail_local": true, "atexit": true,
 	"crosscall2": true, "crosscall1_amd64": true, "crosscall_amd64": true, "crosscall1": true,
 	"call_weak_fn": true, // aarch64 crti.o
-	"call_once": true, "pthread_key_destructor": true,
+	"call_once":    true, "pthread_key_destructor": true,
 }
 
 var toolchainPrefixes = []string{"__libc_csu_", "_cgo_", "x_cgo_", "__cgo_", "__x86.get_pc_thunk"}
