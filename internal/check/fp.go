@@ -48,8 +48,7 @@ var toolchainNames = map[string]bool{
 	"_dl_relocate_static_pie": true, "__gmon_start__": true,
 	"__stack_chk_fail_local": true, "atexit": true,
 	"crosscall2": true, "crosscall1_amd64": true, "crosscall_amd64": true, "crosscall1": true,
-	"call_weak_fn": true, // aarch64 crti.o
-	"call_once":    true, "pthread_key_destructor": true,
+	"call_once": true, "pthread_key_destructor": true, "call_weak_fn": true,
 }
 
 var toolchainPrefixes = []string{"__libc_csu_", "_cgo_", "x_cgo_", "__cgo_", "__x86.get_pc_thunk"}
