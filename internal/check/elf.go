@@ -81,8 +81,8 @@ func analyzeELF(r io.ReaderAt, opt elfOptions, dir string) (*elfInfo, error) {
 		return nil, fmt.Errorf("parse elf: %w", err)
 	}
 	defer f.Close()
-	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
-		return nil, fmt.Errorf("unsupported machine %v %v: only x86-64 is checked", f.Class, f.Machine)
+	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
+		return nil, fmt.Errorf("unsupported machine %v %v: only x86-64 and AArch64 are checked", f.Class, f.Machine)
 	}
 	info := &elfInfo{Machine: f.Machine, Type: f.Type}
 	info.BuildID = gnuBuildID(f)

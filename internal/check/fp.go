@@ -47,8 +47,8 @@ var toolchainNames = map[string]bool{
 	"__libc_csu_init": true, "__libc_csu_fini": true, "__libc_csu_irel": true,
 	"_dl_relocate_static_pie": true, "__gmon_start__": true,
 	"__stack_chk_fail_local": true, "atexit": true,
-	"crosscall2": true, "crosscall1_amd64": true, "crosscall_amd64": true,
-	"call_once": true, "pthread_key_destructor": true,
+	"crosscall2": true, "crosscall1_amd64": true, "crosscall_amd64": true, "crosscall1": true,
+	"call_once": true, "pthread_key_destructor": true, "call_weak_fn": true,
 }
 
 var toolchainPrefixes = []string{"__libc_csu_", "_cgo_", "x_cgo_", "__cgo_", "__x86.get_pc_thunk"}
@@ -162,6 +162,10 @@ func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats
 			code.secs = append(code.secs, s)
 		}
 	}
+	scan := scanX86
+	if f.Machine == elf.EM_AARCH64 {
+		scan = scanAArch64
+	}
 	var st fpStats
 	seen := map[uint64]bool{}
 	for _, s := range syms {
@@ -188,7 +192,7 @@ func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats
 		if len(body) == 0 {
 			continue
 		}
-		frame, call := scanFunction(body)
+		frame, call := scan(body)
 		st.Checked++
 		switch {
 		case frame:
@@ -209,11 +213,11 @@ func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats
 	return st
 }
 
-// scanFunction reports whether body sets up a frame pointer and whether
-// it calls anything. A frame is `push rbp` followed later by `mov rbp,
+// scanX86 reports whether an x86-64 function body sets up a frame pointer
+// and whether it calls anything. A frame is `push rbp` followed later by `mov rbp,
 // rsp` (GCC may schedule other instructions between the two, and
 // shrink-wrapping may put them after an early-exit test), or `enter`.
-func scanFunction(body []byte) (frame, call bool) {
+func scanX86(body []byte) (frame, call bool) {
 	pushed := false
 	for off := 0; off < len(body) && !(frame && call); {
 		inst, err := x86asm.Decode(body[off:], 64)

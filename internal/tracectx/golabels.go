@@ -75,7 +75,8 @@ type GoRuntimeInfo struct {
 	TLSG int64
 	// TLSSource says how TLSG was found: "fixed" (no PT_TLS: internal
 	// linking, always -8), "symtab" (runtime.tlsg and
-	// PT_TLS) or "code" (the runtime's own fs-relative loads of g).
+	// PT_TLS) or "code" (the runtime's own fs-relative loads of g); on
+	// arm64 "x28": g is read from that register, TLSG is unused.
 	TLSSource string
 	// OffM, OffCurg, OffLabels are the offsets of g.m, m.curg and g.labels.
 	OffM, OffCurg, OffLabels uint32
@@ -91,6 +92,9 @@ type GoRuntimeInfo struct {
 	// Source says where the struct offsets came from: "dwarf" or "table".
 	Source string
 }
+
+// goRegGSource is TLSSource for arm64 binaries, whose g is in x28.
+const goRegGSource = "x28"
 
 var (
 	// ErrNotGoBinary is returned by GoOffsets for a binary without Go build
@@ -124,7 +128,7 @@ func GoOffsets(openPath string) (*GoRuntimeInfo, error) {
 }
 
 func goOffsets(f *elf.File, version string) (*GoRuntimeInfo, error) {
-	if f.Machine != elf.EM_X86_64 {
+	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
 		return nil, fmt.Errorf("read goroutine labels on %v: %w", f.Machine, ErrUnsupportedGo)
 	}
 	info, err := goStructsFromDWARF(f)
@@ -137,6 +141,12 @@ func goOffsets(f *elf.File, version string) (*GoRuntimeInfo, error) {
 		}
 	}
 	info.GoVersion = version
+	if f.Machine == elf.EM_AARCH64 {
+		// arm64 Go code keeps g in x28, also across system calls; the
+		// eBPF program and the ptrace reader take it from there.
+		info.TLSSource = goRegGSource
+		return info, nil
+	}
 	tlsg, src, err := goTLSG(f)
 	if err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ type goFixtureBuild struct {
 	pkg       string // directory under testdata/golabels
 	stripped  bool   // -ldflags=-s -w: no symtab, no DWARF
 	cgo       bool   // -tags cgotls with CGO_ENABLED=1: external linking, C TLS
+	goarch    string // GOARCH when not the host's
 }
 
 func (b goFixtureBuild) name() string {
@@ -36,6 +37,9 @@ func (b goFixtureBuild) name() string {
 	}
 	if b.stripped {
 		n += "-stripped"
+	}
+	if b.goarch != "" {
+		n += "-" + b.goarch
 	}
 	return n
 }
@@ -70,6 +74,9 @@ func buildGoFixture(t *testing.T, b goFixtureBuild) string {
 		args := []string{"build", "-o", r.path}
 		if b.stripped {
 			args = append(args, "-ldflags=-s -w")
+		}
+		if b.goarch != "" {
+			env = append(env, "GOARCH="+b.goarch)
 		}
 		if b.cgo {
 			if _, err := exec.LookPath("gcc"); err != nil {

@@ -1,60 +1,73 @@
 package tracectx
 
 import (
+	"cmp"
 	"debug/elf"
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
 
 // TestGoOffsetsTableMatchesDWARF builds the labels fixture with every
-// covered Go release, reads its offsets from DWARF, and checks that the
-// table (used for stripped binaries) gives the same answer, and that the
-// stripped build of the same source resolves to it.
+// covered Go release, for amd64 and arm64, reads its offsets from DWARF,
+// and checks that the table (used for stripped binaries) gives the same
+// answer, and that the stripped build of the same source resolves to it.
+// One table serves both architectures: every release lays g and m out
+// alike on them.
 func TestGoOffsetsTableMatchesDWARF(t *testing.T) {
-	for _, tc := range goFixtureToolchains {
-		t.Run(tc, func(t *testing.T) {
-			full, err := GoOffsets(buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "labels"}))
-			if err != nil {
-				t.Fatalf("GoOffsets: %v", err)
-			}
-			if full.Source != "dwarf" {
-				t.Fatalf("unstripped build: offsets from %q, want dwarf", full.Source)
-			}
-			if tc != "local" && !strings.HasPrefix(full.GoVersion, tc) {
-				t.Errorf("GoVersion %q, want %s", full.GoVersion, tc)
-			}
-			table, err := goStructsFromTable(full.GoVersion)
-			if err != nil {
-				t.Fatalf("table: %v", err)
-			}
-			table.GoVersion, table.TLSG, table.TLSSource, table.Source = full.GoVersion, full.TLSG, full.TLSSource, full.Source
-			if *table != *full {
-				t.Errorf("table != dwarf:\n table %+v\n dwarf %+v", *table, *full)
-			}
-			stripped, err := GoOffsets(buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "labels", stripped: true}))
-			if err != nil {
-				t.Fatalf("GoOffsets stripped: %v", err)
-			}
-			if stripped.Source != "table" {
-				t.Errorf("stripped build: offsets from %q, want table", stripped.Source)
-			}
-			stripped.Source = full.Source
-			if *stripped != *full {
-				t.Errorf("stripped != unstripped:\n stripped %+v\n full     %+v", *stripped, *full)
-			}
-			if full.TLSG != -8 {
-				t.Errorf("internally linked: TLSG %d, want -8", full.TLSG)
-			}
-			wantLayout := GoLabelsSlice
-			if m, _ := goMinor(full.GoVersion); m <= 23 {
-				wantLayout = GoLabelsMap
-			}
-			if full.Layout != wantLayout {
-				t.Errorf("layout %v, want %v", full.Layout, wantLayout)
-			}
-		})
+	for _, arch := range []string{"", "arm64"} {
+		for _, tc := range goFixtureToolchains {
+			t.Run(tc+"-"+cmp.Or(arch, "host"), func(t *testing.T) {
+				testGoOffsetsTable(t, tc, arch)
+			})
+		}
+	}
+}
+
+func testGoOffsetsTable(t *testing.T, tc, arch string) {
+	full, err := GoOffsets(buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "labels", goarch: arch}))
+	if err != nil {
+		t.Fatalf("GoOffsets: %v", err)
+	}
+	if full.Source != "dwarf" {
+		t.Fatalf("unstripped build: offsets from %q, want dwarf", full.Source)
+	}
+	if tc != "local" && !strings.HasPrefix(full.GoVersion, tc) {
+		t.Errorf("GoVersion %q, want %s", full.GoVersion, tc)
+	}
+	table, err := goStructsFromTable(full.GoVersion)
+	if err != nil {
+		t.Fatalf("table: %v", err)
+	}
+	table.GoVersion, table.TLSG, table.TLSSource, table.Source = full.GoVersion, full.TLSG, full.TLSSource, full.Source
+	if *table != *full {
+		t.Errorf("table != dwarf:\n table %+v\n dwarf %+v", *table, *full)
+	}
+	stripped, err := GoOffsets(buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "labels", stripped: true, goarch: arch}))
+	if err != nil {
+		t.Fatalf("GoOffsets stripped: %v", err)
+	}
+	if stripped.Source != "table" {
+		t.Errorf("stripped build: offsets from %q, want table", stripped.Source)
+	}
+	stripped.Source = full.Source
+	if *stripped != *full {
+		t.Errorf("stripped != unstripped:\n stripped %+v\n full     %+v", *stripped, *full)
+	}
+	switch goarch := cmp.Or(arch, runtime.GOARCH); {
+	case goarch == "arm64" && full.TLSSource != goRegGSource:
+		t.Errorf("arm64: g from %q, want %s", full.TLSSource, goRegGSource)
+	case goarch == "amd64" && full.TLSG != -8:
+		t.Errorf("internally linked: TLSG %d, want -8", full.TLSG)
+	}
+	wantLayout := GoLabelsSlice
+	if m, _ := goMinor(full.GoVersion); m <= 23 {
+		wantLayout = GoLabelsMap
+	}
+	if full.Layout != wantLayout {
+		t.Errorf("layout %v, want %v", full.Layout, wantLayout)
 	}
 }
 

@@ -17,47 +17,91 @@ const (
 	freq = 99
 )
 
-// busyNanos adds up the busy windows a chain fixture wrote down.
-func busyNanos(path string) (int64, error) {
+// busyWindows reads the busy windows a chain fixture wrote down, as
+// [start, end] Unix nanoseconds.
+func busyWindows(path string) ([][2]int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer f.Close()
-	var sum int64
+	var ws [][2]int64
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		p := strings.Fields(sc.Text())
 		if len(p) != 2 {
-			return 0, fmt.Errorf("bad mark %q in %s", sc.Text(), path)
+			return nil, fmt.Errorf("bad mark %q in %s", sc.Text(), path)
 		}
 		a, _ := strconv.ParseInt(p[0], 10, 64)
 		b, _ := strconv.ParseInt(p[1], 10, 64)
-		sum += b - a
+		ws = append(ws, [2]int64{a, b})
 	}
-	return sum, sc.Err()
+	return ws, sc.Err()
+}
+
+// busyNanos adds up the busy windows.
+func busyNanos(ws [][2]int64) int64 {
+	var sum int64
+	for _, w := range ws {
+		sum += w[1] - w[0]
+	}
+	return sum
 }
 
 // stackTally counts the on-CPU samples of a pid and those whose stack
-// reaches main.
-type stackTally struct{ samples, main int }
+// reaches main: all of them, and those taken inside the fixture's busy
+// windows, where the fixture's own clock says it runs the chain below main.
+// Outside them a process may truly be elsewhere: in the dynamic loader
+// before main (under TCG an arm64 loader's start-up is several percent of
+// a 3 s run), in exec or exit, or in libc between windows. So the bar is
+// judged inside the windows, and the share of all samples is logged.
+type stackTally struct{ samples, main, inWindow, inWindowMain int }
 
-func tallyPID(samples []truth.Sample, pid int) stackTally {
+func tallyPID(samples []truth.Sample, pid int, windows [][2]int64) stackTally {
 	var s stackTally
 	for _, x := range samples {
 		if x.Kind != "samples" || x.PID != int64(pid) {
 			continue
 		}
 		n := len(x.Times)
+		toMain := truth.ContainsFrame(x.Frames, "main")
 		s.samples += n
-		if truth.ContainsFrame(x.Frames, "main") {
+		if toMain {
 			s.main += n
+		}
+		for _, t := range x.Times {
+			if inWindows(windows, int64(t)) {
+				s.inWindow++
+				if toMain {
+					s.inWindowMain++
+				}
+			}
 		}
 	}
 	return s
 }
 
-func (s stackTally) mainShare() float64 { return truth.Pct(s.main, s.samples) / 100 }
+func inWindows(ws [][2]int64, t int64) bool {
+	for _, w := range ws {
+		if t >= w[0] && t <= w[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// mainShare is the share of the samples inside the busy windows whose
+// stack reaches main; allShare that of every sample.
+func (s stackTally) mainShare() float64 { return truth.Pct(s.inWindowMain, s.inWindow) / 100 }
+func (s stackTally) allShare() float64  { return truth.Pct(s.main, s.samples) / 100 }
+
+// okMain: enough samples inside the windows to judge, ≥ 99 % of them
+// reaching main.
+func (s stackTally) okMain() bool { return s.inWindow >= s.samples/2 && s.mainShare() >= 0.99 }
+
+func (s stackTally) String() string {
+	return fmt.Sprintf("to main %.2f%% of %d in busy windows (%.2f%% of all)", 100*s.mainShare(), s.inWindow, 100*s.allShare())
+}
 
 // check scores one kernel's run and logs its figures in one line.
 func check(t *testing.T, label string, c *console, elapsed time.Duration) {
@@ -123,24 +167,25 @@ func atof(s string) float64 { f, _ := strconv.ParseFloat(s, 64); return f }
 func checkOnCPU(t *testing.T, label string, c *console, add func(string, ...any)) {
 	samples := readSamples(t, c, "oncpu.otlp.json")
 	for _, cc := range []string{"gcc", "clang"} {
-		busy, err := busyNanos(c.path("marks-" + cc))
+		ws, err := busyWindows(c.path("marks-" + cc))
+		busy := busyNanos(ws)
 		if err != nil {
 			t.Errorf("%s: %v", label, err)
 			continue
 		}
 		cpu := atof(c.result("oncpu", "cpu_"+cc))
 		want := float64(freq) * cpu
-		s := tallyPID(samples, atoi(c.result("oncpu", cc)))
-		add("%s samples %d/%.0f (%.1f%%; busy %.2fs, cpu %.2fs), to main %.2f%%", cc, s.samples, want, 100*float64(s.samples)/want,
-			float64(busy)/1e9, cpu, 100*s.mainShare())
+		s := tallyPID(samples, atoi(c.result("oncpu", cc)), ws)
+		add("%s samples %d/%.0f (%.1f%%; busy %.2fs, cpu %.2fs), %v", cc, s.samples, want, 100*float64(s.samples)/want,
+			float64(busy)/1e9, cpu, s)
 		if cpu < 0.5*float64(busy)/1e9 {
 			t.Errorf("%s: chain-%s got %.2fs of CPU in %v of busy windows: too little to judge", label, cc, cpu, time.Duration(busy))
 		}
 		if float64(s.samples) < 0.9*want {
 			t.Errorf("%s: chain-%s: %d samples, want ≥ 90%% of %.0f (%d Hz over %.2fs of CPU)", label, cc, s.samples, want, freq, cpu)
 		}
-		if s.mainShare() < 0.99 {
-			t.Errorf("%s: chain-%s: %.2f%% of stacks reach main, want ≥ 99%%", label, cc, 100*s.mainShare())
+		if !s.okMain() {
+			t.Errorf("%s: chain-%s: %v, want ≥ 99%% in windows holding ≥ half the samples", label, cc, s)
 		}
 	}
 }
@@ -191,18 +236,25 @@ func checkOffCPU(t *testing.T, label string, c *console, add func(string, ...any
 
 func checkExec(t *testing.T, label string, c *console, add func(string, ...any)) {
 	samples := readSamples(t, c, "exec.otlp.json")
-	var named, all, children int
-	for _, p := range strings.Split(c.result("exec", "pids"), ",") {
-		s := tallyPID(samples, atoi(p))
-		all += s.samples
-		named += s.main
+	var sum stackTally
+	children := 0
+	for i, p := range strings.Split(c.result("exec", "pids"), ",") {
+		ws, err := busyWindows(c.path(fmt.Sprintf("marks-exec-%d", i+1)))
+		if err != nil {
+			t.Errorf("%s: %v", label, err)
+		}
+		s := tallyPID(samples, atoi(p), ws)
+		sum.samples += s.samples
+		sum.main += s.main
+		sum.inWindow += s.inWindow
+		sum.inWindowMain += s.inWindowMain
 		if s.samples > 0 {
 			children++
 		}
 	}
-	add("exec/exit %d/5 children sampled, %d/%d samples named to main", children, named, all)
-	if children < 5 || truth.Pct(named, all) < 99 {
-		t.Errorf("%s: short-lived children: %d of 5 sampled, %d of %d samples named down to main (want all 5, ≥ 99%%)", label, children, named, all)
+	add("exec/exit %d/5 children sampled, %d samples named %v", children, sum.samples, sum)
+	if children < 5 || !sum.okMain() {
+		t.Errorf("%s: short-lived children: %d of 5 sampled, %v (want all 5, ≥ 99%%)", label, children, sum)
 	}
 }
 
@@ -216,12 +268,16 @@ func checkAgent(t *testing.T, label string, c *console, add func(string, ...any)
 		}
 	}
 	want := float64(freq) * atof(c.result("agent", "cpu"))
-	s := tallyPID(samples, atoi(c.result("agent", "pid")))
-	add("agent %d exports, %d/%.0f samples (%.1f%%), to main %.2f%%", requests, s.samples, want, 100*float64(s.samples)/want, 100*s.mainShare())
+	ws, err := busyWindows(c.path("marks-agent"))
+	if err != nil {
+		t.Errorf("%s: %v", label, err)
+	}
+	s := tallyPID(samples, atoi(c.result("agent", "pid")), ws)
+	add("agent %d exports, %d/%.0f samples (%.1f%%), %v", requests, s.samples, want, 100*float64(s.samples)/want, s)
 	if c.result("agent", "rc") != "0" {
 		t.Errorf("%s: the agent exited with %s", label, c.result("agent", "rc"))
 	}
-	if float64(s.samples) < 0.9*want || s.mainShare() < 0.99 {
-		t.Errorf("%s: the sink got %d samples of the fixture (want ≥ 90%% of %.0f), %.2f%% reaching main (want ≥ 99%%)", label, s.samples, want, 100*s.mainShare())
+	if float64(s.samples) < 0.9*want || !s.okMain() {
+		t.Errorf("%s: the sink got %d samples of the fixture (want ≥ 90%% of %.0f), %v (want ≥ 99%%)", label, s.samples, want, s)
 	}
 }

@@ -138,13 +138,16 @@ execexit() {
 	fi
 	pids=""
 	for i in 1 2 3 4 5; do
-		"$R/chain-clang" 300 /dev/null >/dev/null &
+		"$R/chain-clang" 300 "$W/marks-exec-$i" >/dev/null &
 		pids="$pids,$!"
 		wait $!
 	done
 	kill -INT $rec
 	recorded exec $rec
 	result exec loaded=1 rc=$? pids=${pids#,}
+	for i in 1 2 3 4 5; do
+		emit marks-exec-$i "$W/marks-exec-$i"
+	done
 	emit exec.otlp.json "$W/exec.otlp.json"
 }
 

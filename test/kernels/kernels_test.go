@@ -104,7 +104,7 @@ func TestKernelMatrix(t *testing.T) {
 }
 
 func runTarget(t *testing.T, tg target, payloadDir string) {
-	out := t.TempDir()
+	out := outDir(t, tg)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	var c *console
@@ -150,6 +150,25 @@ func runTarget(t *testing.T, tg target, payloadDir string) {
 		t.Fatalf("%s: %v after %v; console tail:\n%s", label, err, elapsed.Round(time.Second), tail)
 	}
 	check(t, label, c, elapsed)
+}
+
+// outDir is where a kernel's console and files go: a temporary directory,
+// or under SPANPROF_KERNEL_KEEP when set, so a failure can be examined
+// after the test.
+func outDir(t *testing.T, tg target) string {
+	keep := os.Getenv("SPANPROF_KERNEL_KEEP")
+	if keep == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(keep, strings.ReplaceAll(tg.name, "/", "-"))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("output kept in %s", dir)
+	return dir
 }
 
 func skipOrFail(t *testing.T, err error) {
