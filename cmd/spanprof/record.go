@@ -55,6 +55,8 @@ type recordFlags struct {
 	symbolize      symbolize.Mode
 	debugDirs      stringList
 	debuginfodWait time.Duration
+	// noJVMPerfmap: do not attach to JVMs for their perf maps (jit.go).
+	noJVMPerfmap bool
 }
 
 // stringList is a repeatable string flag.
@@ -88,6 +90,7 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
 	mode := fs.String("symbolize", "", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories, offline; full: also debuginfod (DEBUGINFOD_URLS) (default full when DEBUGINFOD_URLS is set, else local)")
 	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
+	fs.BoolVar(&f.noJVMPerfmap, "no-jvm-perfmap", false, "do not ask running JVMs (HotSpot attach, Compiler.perfmap) to write /tmp/perf-PID.map; Java frames then stay addresses unless the JVM writes the map itself")
 	fs.DurationVar(&f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
 	if err = fs.Parse(args); err != nil {
 		return nil, err
@@ -171,6 +174,8 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	c := newCollector(f.frequency, log, tracker, watch, sym)
+	stopJIT := sym.jit.start()
+	defer stopJIT()
 	// Targets named on the command line are inspected before the first
 	// sample, so their first samples already carry span ids.
 	for _, pid := range f.pids {
@@ -190,7 +195,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	go s.Run()
-	dropRecordCapabilities(f.output != "", log)
+	dropRecordCapabilities(f.output != "", sym.jit.jvms != nil, log)
 
 	target := "all processes"
 	if len(f.pids) > 0 {
@@ -215,6 +220,7 @@ loop:
 				break loop // the reader ended; what it read is kept
 			}
 			watch.Seen(r.PID, 2*time.Second)
+			sym.jit.seen(r.PID)
 			c.Add(r)
 		case e, ok := <-procs:
 			if !ok {
@@ -252,7 +258,9 @@ loop:
 		log.Warn("read counters", "error", err)
 	}
 	sym.prepare(ctx, c, stderr)
+	sym.jit.final()
 	prof := c.Build(end)
+	sym.jit.report(log, stderr)
 	sym.report(log)
 	prof.Lost = lostCounts(counters)
 	goWait.merge(prof)

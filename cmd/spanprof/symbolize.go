@@ -21,10 +21,13 @@ type symbolization struct {
 	perfMaps   *perfmap.Cache
 	debuginfod *debuginfod.Client // nil unless --symbolize=full with servers
 	wait       time.Duration
+	jit        *jitMaps
 }
 
 func newSymbolization(f *recordFlags, log *slog.Logger, stderr io.Writer) (*symbolization, error) {
-	s := &symbolization{mode: f.symbolize, perfMaps: perfmap.New(perfmap.Options{}), wait: f.debuginfodWait}
+	s := &symbolization{mode: f.symbolize, wait: f.debuginfodWait}
+	s.jit = newJITMaps(!f.noJVMPerfmap && f.symbolize != symbolize.ModeNone, log)
+	s.perfMaps = s.jit.cache
 	opts := symbolize.Options{Mode: f.symbolize, DebugDirs: append([]string{}, f.debugDirs...)}
 	opts.DebugDirs = append(opts.DebugDirs, "/usr/lib/debug")
 	if f.symbolize == symbolize.ModeFull {

@@ -107,14 +107,21 @@ func (m *PerfMapper) state(pid uint32) *jvmState {
 // Refresh asks JVM pid to write its perf map unless it was asked less
 // than MinInterval ago, and reports whether a new map was written. It
 // returns at once for a process that is no JVM.
-func (m *PerfMapper) Refresh(pid uint32) bool {
+func (m *PerfMapper) Refresh(pid uint32) bool { return m.refresh(pid, false) }
+
+// RefreshNow asks JVM pid for its map whatever MinInterval says: once at
+// the end of a recording, so that methods compiled since the last request
+// are named.
+func (m *PerfMapper) RefreshNow(pid uint32) bool { return m.refresh(pid, true) }
+
+func (m *PerfMapper) refresh(pid uint32, force bool) bool {
 	m.mu.Lock()
 	s := m.state(pid)
 	if !s.isJVM || s.refused {
 		m.mu.Unlock()
 		return false
 	}
-	if s.busy || time.Since(s.last) < m.opts.MinInterval {
+	if s.busy || !force && time.Since(s.last) < m.opts.MinInterval {
 		m.mu.Unlock()
 		m.skipped.Add(1)
 		return false
