@@ -191,3 +191,61 @@ func TestRecordJVMOtherUser(t *testing.T) {
 		t.Errorf("%.1f%% of %d samples name Hot.work, want >= 95%%", 100*named, n)
 	}
 }
+
+// TestRecordNodeFunctionNames records a real Node.js process started with
+// --perf-basic-prof: its hot function is named from /tmp/perf-PID.map.
+func TestRecordNodeFunctionNames(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load eBPF programs")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node on PATH")
+	}
+	// hotLoop is looked for anywhere in the stack: it is called from the
+	// script's top level, and were TurboFan to inline it there, its
+	// samples would carry the script's name and the test would fail.
+	src := `function hotLoop(n){let x=0;for(let i=0;i<n;i++){x=(x*31+i)%1000003}return x}
+let s=0;console.log("ready");for(;;){s+=hotLoop(1e6)}`
+	cmd := exec.Command(node, "--perf-basic-prof", "--interpreted-frames-native-stack", "-e", src)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.Remove(fmt.Sprintf("/tmp/perf-%d.map", pid)) })
+	if !bufio.NewScanner(out).Scan() {
+		t.Fatal("node did not start")
+	}
+	path := filepath.Join(t.TempDir(), "node.pb.gz")
+	t.Logf("record:\n%s", recordChild(t, "--pid", fmt.Sprint(pid), "--duration", "3s", "--output", path))
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := gpprof.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, hit int
+	for _, s := range p.Sample {
+		if tn := s.Label["thread.name"]; len(tn) == 0 || tn[0] != "node" {
+			continue // the main thread runs the loop; V8's helpers do not
+		}
+		n += int(s.Value[0])
+		for _, l := range s.Location {
+			if len(l.Line) > 0 && strings.Contains(l.Line[0].Function.Name, "hotLoop") {
+				hit += int(s.Value[0])
+				break
+			}
+		}
+	}
+	t.Logf("node main thread: %d samples, %.1f%% with hotLoop", n, 100*float64(hit)/float64(max(n, 1)))
+	if n == 0 || float64(hit) < 0.95*float64(n) {
+		t.Errorf("%d of %d main-thread samples name hotLoop, want >= 95%%", hit, n)
+	}
+}
