@@ -26,8 +26,12 @@ func startRuntime(t *testing.T, lib string, env []string, name string, args ...s
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		os.Remove("/tmp/perf-" + strconv.Itoa(pid) + ".map") // node --perf-basic-prof writes one
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps"); err == nil && bytes.Contains(b, []byte(lib)) {
