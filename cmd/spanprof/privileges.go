@@ -19,6 +19,8 @@ package main
 //	CAP_SYS_ADMIN         only on kernels without CAP_BPF (before 5.8),
 //	                      where it stands for CAP_BPF+CAP_PERFMON
 //
+// Both keep jvmAttachCapabilities too while they ask JVMs for their perf
+// maps (not with --no-jvm-perfmap or symbolization.no_jvm_perfmap).
 // `record` drops the same way after attaching, keeping CAP_DAC_OVERRIDE
 // too when it writes a file (see dropRecordCapabilities).
 //

@@ -55,7 +55,7 @@ type recordFlags struct {
 	symbolize      symbolize.Mode
 	debugDirs      stringList
 	debuginfodWait time.Duration
-	// noJVMPerfmap: do not attach to JVMs for their perf maps (jit.go).
+	// noJVMPerfmap: do not attach to JVMs for their perf maps (internal/jit).
 	noJVMPerfmap bool
 }
 
@@ -174,7 +174,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	c := newCollector(f.frequency, log, tracker, watch, sym)
-	stopJIT := sym.jit.start()
+	stopJIT := sym.jit.Start()
 	defer stopJIT()
 	// Targets named on the command line are inspected before the first
 	// sample, so their first samples already carry span ids.
@@ -195,7 +195,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	go s.Run()
-	dropRecordCapabilities(f.output != "", sym.jit.jvms != nil, log)
+	dropRecordCapabilities(f.output != "", sym.jit.JVMs != nil, log)
 
 	target := "all processes"
 	if len(f.pids) > 0 {
@@ -220,7 +220,7 @@ loop:
 				break loop // the reader ended; what it read is kept
 			}
 			watch.Seen(r.PID, 2*time.Second)
-			sym.jit.seen(r.PID)
+			sym.jit.Seen(r.PID)
 			c.Add(r)
 		case e, ok := <-procs:
 			if !ok {
@@ -258,9 +258,9 @@ loop:
 		log.Warn("read counters", "error", err)
 	}
 	sym.prepare(ctx, c, stderr)
-	sym.jit.final()
+	sym.jit.Final()
 	prof := c.Build(end)
-	sym.jit.report(log, stderr)
+	reportJIT(sym.jit, log, stderr)
 	sym.report(log)
 	prof.Lost = lostCounts(counters)
 	goWait.merge(prof)
