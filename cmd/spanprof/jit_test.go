@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,9 +9,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	gpprof "github.com/google/pprof/profile"
+
+	"github.com/spanprof/spanprof/internal/jvm/jvmtest"
 )
 
 // TestRecordChild is the spanprof process the JIT tests run: record drops
@@ -46,53 +46,12 @@ func needSampling(t *testing.T) {
 	}
 }
 
-// startJava runs testdata Hot.java (internal/jvm) with frame pointers;
-// Hot.work and Hot.late are kept out of their callers by
-// CompileCommand=dontinline, so a sample in them is theirs.
+// startJava runs Hot.java (internal/jvm/jvmtest) with frame pointers.
 func startJava(t *testing.T, cred *syscall.Credential, dir string, args ...string) int {
 	t.Helper()
-	src, err := filepath.Abs("../../internal/jvm/testdata/Hot.java")
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv := append([]string{"-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
-		"-XX:CompileCommand=dontinline,Hot::work", "-XX:CompileCommand=dontinline,Hot::late", src}, args...)
-	cmd := exec.Command("java", argv...)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd := jvmtest.Start(t, jvmtest.Options{Dir: dir, Cred: cred, Flags: []string{"-XX:+PreserveFramePointer"}}, args...)
 	pid := cmd.Process.Pid
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		os.Remove(fmt.Sprintf("/tmp/perf-%d.map", pid))
-	})
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				ready <- true
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatalf("java exited before its workers ran: %s", stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("java workers not ready after 60s")
-	}
+	t.Cleanup(func() { os.Remove(fmt.Sprintf("/tmp/perf-%d.map", pid)) })
 	return pid
 }
 

@@ -1,14 +1,12 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spanprof/spanprof/internal/jvm/jvmtest"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
@@ -28,57 +27,18 @@ type hotJVM struct {
 	cmd   *exec.Cmd
 }
 
-// startHot runs Hot.java with frame pointers, Hot.work and Hot.late kept
-// out of their callers by CompileCommand=dontinline (a sample in them is
-// theirs), under wrap (a command that ends by running its arguments, or
-// nothing) and waits for its workers.
+// startHot runs Hot.java (internal/jvm/jvmtest) with frame pointers
+// under wrap (a command that ends by running its arguments, or nothing).
 func startHot(t *testing.T, wrap []string, args ...string) *hotJVM {
 	t.Helper()
-	src, err := filepath.Abs("../jvm/testdata/Hot.java")
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv := append([]string{"java", "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet",
-		"-XX:CompileCommand=dontinline,Hot::work", "-XX:CompileCommand=dontinline,Hot::late", src}, args...)
-	argv = append(append([]string{}, wrap...), argv...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = filepath.Dir(src) // outside /tmp: a private /tmp hides t.TempDir()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd := jvmtest.Start(t, jvmtest.Options{Wrap: wrap, Flags: []string{"-XX:+PreserveFramePointer"}}, args...)
 	j := &hotJVM{pid: cmd.Process.Pid, cmd: cmd}
 	t.Cleanup(func() {
 		_ = syscall.Kill(j.pid, syscall.SIGKILL)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
 		if j.nspid == j.pid {
 			os.Remove(fmt.Sprintf("/tmp/perf-%d.map", j.pid))
 		}
 	})
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				ready <- true
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatalf("java exited before its workers ran: %s", stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("java workers not ready after 60s")
-	}
 	if len(wrap) > 0 {
 		// The JVM is the wrapper's only child (unshare --fork).
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", j.pid, j.pid))

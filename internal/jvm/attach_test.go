@@ -1,7 +1,6 @@
 package jvm
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,56 +8,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/jvm/jvmtest"
 )
 
-// startHot starts testdata/Hot.java on a real JVM with extra JVM flags
-// and waits for its workers. Hot.work and Hot.late are kept from being
-// inlined into their loop (CompileCommand=dontinline) so that samples
-// in them are theirs, not their caller's.
+// startHot starts testdata/Hot.java with extra JVM flags (jvmtest).
 func startHot(t *testing.T, dir string, args []string, flags ...string) *exec.Cmd {
 	t.Helper()
-	java, err := exec.LookPath("java")
-	if err != nil {
-		t.Skip("no java on PATH")
-	}
-	src, err := filepath.Abs("testdata/Hot.java")
-	if err != nil {
-		t.Fatal(err)
-	}
-	argv := append([]string{"-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Hot::work",
-		"-XX:CompileCommand=dontinline,Hot::late"}, flags...)
-	argv = append(argv, src)
-	argv = append(argv, args...)
-	cmd := exec.Command(java, argv...)
-	cmd.Dir = dir
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				ready <- true
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("java exited before its workers ran")
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("java workers not ready after 60s")
-	}
-	return cmd
+	return jvmtest.Start(t, jvmtest.Options{Dir: dir, Flags: flags}, args...)
 }
 
 func perfMapPath(pid int) string {
