@@ -167,6 +167,7 @@ func TestRecordNodeFunctionNames(t *testing.T) {
 	src := `function hotLoop(n){let x=0;for(let i=0;i<n;i++){x=(x*31+i)%1000003}return x}
 let s=0;console.log("ready");for(;;){s+=hotLoop(1e6)}`
 	cmd := exec.Command(node, "--perf-basic-prof", "--interpreted-frames-native-stack", "-e", src)
+	cmd.Dir = t.TempDir() // its V8 log goes to the working directory
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

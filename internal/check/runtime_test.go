@@ -23,6 +23,9 @@ func startRuntime(t *testing.T, lib string, env []string, name string, args ...s
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
+	// node's --perf-basic-prof also writes a V8 log into its working
+	// directory: keep it out of the source tree.
+	cmd.Dir = t.TempDir()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
