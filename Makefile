@@ -17,7 +17,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind
 
-.PHONY: all build generate check-generated deps bench-deps test vet demo bench soak kernels clean
+.PHONY: all build generate check-generated deps bench-deps test vet demo demo-trace bench bench-serve soak kernels clean
 
 all: build
 
@@ -48,6 +48,14 @@ BENCH_FLAGS ?=
 bench: bench-deps build
 	@mkdir -p $(OUT)/bench
 	$(GO) run ./bench/spanbench -spanprof $(BIN) -out $(OUT)/bench/results.md $(BENCH_FLAGS)
+	$(MAKE) -s bench-serve
+
+# serve --otlp-listen under an hour of profiles from 200 processes plus
+# traces, sent at full speed (a few minutes): peak RSS and live heap, failing
+# when memory keeps growing once the window is full (bench/servemem).
+bench-serve: build
+	@mkdir -p $(OUT)/bench
+	$(GO) run ./bench/servemem -spanprof $(BIN) -out $(OUT)/bench/results.md
 
 # Rebuild the eBPF objects and Go bindings with the pinned clang.
 generate: deps
@@ -100,6 +108,16 @@ demo: deps build
 		&& echo "screenshot: $(OUT)/demo.png" || echo "no screenshot (chromium failed)"
 	@echo "outputs: $(OUT)/demo.html (open in a browser), $(OUT)/demo.otlp.json, $(OUT)/demo.pb.gz (go tool pprof -top), $(OUT)/demo.folded"
 	@echo "serve them: ./$(BIN) serve $(OUT)/demo.otlp.json $(OUT)/demo.pb.gz"
+
+# The two-service trace example: a Go service (OpenTelemetry Go SDK, sdk/go)
+# calls a C service (sdk/c) over HTTP with a W3C traceparent; spans and the
+# agent's profiles go through the OpenTelemetry Collector (test/collector)
+# to serve --otlp-listen. Checks the per-span on/off-CPU times against the
+# known work and screenshots the trace view to $(OUT)/demo-trace.png.
+demo-trace: deps
+	@mkdir -p $(OUT)
+	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-trace.png $(GO) test -count=1 -v -timeout 10m \
+		-run TestTwoServicesThroughCollector ./test/trace/
 
 # Ten minutes of the agent under process churn, lying thread contexts and
 # off-CPU load: RSS, goroutines, threads and open files over time, failing

@@ -53,10 +53,11 @@ func (g *goWaitRun) merge(prof *profile.Profile) {
 		prof.Lost = map[string]uint64{}
 	}
 	for k, v := range map[string]uint64{
-		"go_wait_invalid":    st.DroppedInvalid,
-		"go_wait_changed":    st.DroppedChanged,
-		"go_wait_unreadable": st.DroppedUnreadable,
-		"go_wait_labels":     st.DroppedLabels,
+		"go_wait_invalid":      st.DroppedInvalid,
+		"go_wait_changed":      st.DroppedChanged,
+		"go_wait_unreadable":   st.DroppedUnreadable,
+		"go_wait_labels":       st.DroppedLabels,
+		"go_wait_uncovered_ns": st.UncoveredNs,
 	} {
 		if v > 0 {
 			prof.Lost[k] = v

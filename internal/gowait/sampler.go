@@ -65,6 +65,10 @@ type Stats struct {
 	// DroppedLabels: the label set could not be read.
 	DroppedLabels uint64
 	TickErrors    uint64 // whole-process read failures
+	// UncoveredNs is wall time between late ticks beyond the two-period
+	// cap (a stalled agent, or ticks the ticker dropped): the goroutines
+	// parked meanwhile are under-counted by that much each.
+	UncoveredNs uint64
 }
 
 // Sampler samples parked goroutines of its target processes. Its methods
@@ -180,7 +184,9 @@ func (s *Sampler) SampleOnce(now time.Time) {
 	defer s.mu.Unlock()
 	weight := s.period
 	if !s.last.IsZero() {
-		weight = min(max(now.Sub(s.last), 0), 2*s.period)
+		gap := max(now.Sub(s.last), 0)
+		weight = min(gap, 2*s.period)
+		s.stats.UncoveredNs += uint64(gap - weight)
 	}
 	s.last = now
 	s.stats.Ticks++

@@ -58,7 +58,15 @@ func newPage(t *testing.T, sources ...web.Source) *page {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+	return newBrowser(t, "http://"+ln.Addr().(*net.TCPAddr).String())
+}
 
+// newBrowser starts headless Chromium for pages of the server at base.
+func newBrowser(t *testing.T, base string) *page {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("skip: %s not found; install Debian's chromium package (apt-get install -y chromium) to run the browser tests", chromium)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
@@ -74,8 +82,8 @@ func newPage(t *testing.T, sources ...web.Source) *page {
 	ctx, cancelC := chromedp.NewContext(actx)
 	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
 	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
-	p := &page{t: t, ctx: ctx, base: "http://" + ln.Addr().(*net.TCPAddr).String()}
-	err = chromedp.Listen(ctx, func(ev any) {
+	p := &page{t: t, ctx: ctx, base: base}
+	err := chromedp.Listen(ctx, func(ev any) {
 		var msg string
 		switch e := ev.(type) {
 		case *runtime.EventExceptionThrown:

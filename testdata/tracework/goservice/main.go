@@ -10,6 +10,12 @@
 //
 // and prints the ground truth of each span ("truth SPAN_ID NAME CPU_NS
 // SLEEP_NS"), then "done TRACE_ID" once the spans are exported.
+//
+// With -c-url (the two-service example) the lines are "req GO_CPU_MS
+// GO_SLEEP_MS C_CPU_MS C_SLEEP_MS" and "call c-service" is an HTTP GET of
+// the C service (testdata/tracework/chttp) carrying the W3C traceparent
+// header; the C service has no OpenTelemetry SDK, so this service exports
+// the span it reports (its own span id, service c-service) on its behalf.
 package main
 
 import (
@@ -58,6 +64,7 @@ func rest(d time.Duration) time.Duration {
 
 func main() {
 	endpoint := flag.String("endpoint", "127.0.0.1:4317", "OTLP/gRPC endpoint for spans")
+	cURL := flag.String("c-url", "", "base URL of the C service (HTTP mode)")
 	flag.Parse()
 	ctx := context.Background()
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(*endpoint), otlptracegrpc.WithInsecure())
@@ -68,13 +75,26 @@ func main() {
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("go-service"))))
 	tr := spanprof.NewTracerProvider(sdk).Tracer("goservice")
+	var c *cService
+	if *cURL != "" {
+		if c, err = newCService(ctx, *endpoint, *cURL); err != nil {
+			fmt.Fprintln(os.Stderr, "goservice:", err)
+			os.Exit(1)
+		}
+	}
 	// One thread, so thread CPU time is the span's CPU time.
 	runtime.LockOSThread()
 	fmt.Printf("ready %d\n", os.Getpid())
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		var cpuMS, sleepMS int
-		if _, err := fmt.Sscanf(in.Text(), "req %d %d", &cpuMS, &sleepMS); err != nil {
+		var cpuMS, sleepMS, cCPUMS, cSleepMS int
+		var err error
+		if c != nil {
+			_, err = fmt.Sscanf(in.Text(), "req %d %d %d %d", &cpuMS, &sleepMS, &cCPUMS, &cSleepMS)
+		} else {
+			_, err = fmt.Sscanf(in.Text(), "req %d %d", &cpuMS, &sleepMS)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "goservice: bad request line:", in.Text())
 			os.Exit(1)
 		}
@@ -87,13 +107,26 @@ func main() {
 		slept := rest(time.Duration(sleepMS) * time.Millisecond)
 		s.End()
 		fmt.Printf("truth %s go-sleep 0 %d\n", s.SpanContext().SpanID(), slept.Nanoseconds())
-		_, s = tr.Start(rctx, "call c-service", trace.WithSpanKind(trace.SpanKindClient))
-		fmt.Printf("call %s %s\n", s.SpanContext().TraceID(), s.SpanContext().SpanID())
-		if !in.Scan() || in.Text() != "ok" {
-			os.Exit(1)
+		cctx, s := tr.Start(rctx, "call c-service", trace.WithSpanKind(trace.SpanKindClient))
+		if c != nil {
+			if err := c.call(cctx, cCPUMS, cSleepMS); err != nil {
+				fmt.Fprintln(os.Stderr, "goservice:", err)
+				os.Exit(1)
+			}
+		} else {
+			fmt.Printf("call %s %s\n", s.SpanContext().TraceID(), s.SpanContext().SpanID())
+			if !in.Scan() || in.Text() != "ok" {
+				os.Exit(1)
+			}
 		}
 		s.End()
 		root.End()
+		if c != nil {
+			if err := c.sdk.ForceFlush(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "goservice: export c-service spans:", err)
+				os.Exit(1)
+			}
+		}
 		if err := sdk.ForceFlush(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "goservice: export spans:", err)
 			os.Exit(1)

@@ -1,0 +1,182 @@
+package trace
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The two-service example (make demo-trace): goservice (OpenTelemetry Go
+// SDK and sdk/go) calls chttp (sdk/c) over HTTP on loopback with a W3C
+// traceparent header; both services' spans and the agent's profiles go
+// to a real OpenTelemetry Collector (test/collector), which forwards
+// traces and profiles to `spanprof serve --otlp-listen`. chttp has no
+// OpenTelemetry SDK: goservice exports its span, with the span id and
+// times chttp reports and service.name c-service.
+const forwardConfig = `receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+exporters:
+  otlp:
+    endpoint: %s
+    tls:
+      insecure: true
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [otlp]
+    profiles:
+      receivers: [otlp]
+      exporters: [otlp]
+`
+
+func collectorBin(t *testing.T, root, dir string) string {
+	if p := os.Getenv("SPANPROF_TESTCOL"); p != "" {
+		return p
+	}
+	bin := filepath.Join(dir, "spanprof-testcol")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join(root, "test", "collector")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build test collector: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestTwoServicesThroughCollector(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skip: profiling needs root")
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skip("skip: no BTF at /sys/kernel/btf/vmlinux")
+	}
+	dir := t.TempDir()
+	root, _ := filepath.Abs("../..")
+	spanprof, gosvc, _ := build(t, dir)
+	chttp := filepath.Join(dir, "chttp")
+	if out, err := exec.Command("gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-Wl,--build-id=sha1", "-rdynamic",
+		"-I", filepath.Join(root, "sdk/c"), "-o", chttp, filepath.Join(root, "testdata/tracework/chttp/chttp.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build chttp: %v\n%s", err, out)
+	}
+	col := collectorBin(t, root, dir)
+	serveOTLP, webAddr, colAddr := freePort(t), freePort(t), freePort(t)
+	srv := start(t, spanprof, "serve", "--listen", webAddr, "--otlp-listen", serveOTLP)
+	srv.line(t, "spanprof:")
+	cfg := filepath.Join(dir, "collector.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(forwardConfig, colAddr, serveOTLP)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start(t, col, "--config", cfg, "--feature-gates=service.profilesSupport")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if c, err := net.Dial("tcp", colAddr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("collector not listening within 20s")
+		}
+	}
+	c := start(t, chttp)
+	cf := c.line(t, "ready")
+	g := start(t, gosvc, "-endpoint", colAddr, "-c-url", "http://127.0.0.1:"+cf[2])
+	gpid := g.line(t, "ready")[1]
+	start(t, spanprof, "agent", "--endpoint", colAddr, "--insecure", "--pid", gpid, "--pid", cf[1],
+		"--off-cpu", "--frequency", "199", "--go-wait-frequency", "199", "--report-interval", "1s", "--metrics-listen", "off")
+
+	req := func(goCPU, goSleep, cCPU, cSleep int) (string, map[string]truth) {
+		fmt.Fprintf(g.in, "req %d %d %d %d\n", goCPU, goSleep, cCPU, cSleep)
+		spans := map[string]truth{}
+		for {
+			f := g.line2(t)
+			switch f[0] {
+			case "truth":
+				var cpu, wait int64
+				fmt.Sscan(f[3], &cpu)
+				fmt.Sscan(f[4], &wait)
+				spans[f[1]] = truth{f[2], cpu, wait}
+			case "done":
+				return f[1], spans
+			}
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for warm := 0; ; warm++ {
+		if time.Now().After(deadline) {
+			t.Fatal("no samples of both services reached serve through the collector within 90s")
+		}
+		tr, _ := req(100, 20, 100, 20)
+		time.Sleep(1500 * time.Millisecond)
+		if tv, ok := getTrace(t, webAddr, tr); ok && sampled(tv, "go cpu") && sampled(tv, "GET /work") {
+			t.Logf("agent ready after %d warm-up requests", warm+1)
+			break
+		}
+	}
+	want := map[string]map[string]truth{}
+	var first string
+	for _, w := range []struct{ goCPU, goSleep, cCPU, cSleep int }{{300, 250, 250, 200}, {150, 400, 400, 100}, {60, 100, 60, 60}} {
+		tr, spans := req(w.goCPU, w.goSleep, w.cCPU, w.cSleep)
+		want[tr] = spans
+		if first == "" {
+			first = tr
+		}
+	}
+	prev := ""
+	for i := 0; i < 20; i++ {
+		time.Sleep(1500 * time.Millisecond)
+		var sb strings.Builder
+		for tr := range want {
+			tv, _ := getTrace(t, webAddr, tr)
+			for _, s := range tv.Spans {
+				fmt.Fprintf(&sb, "%s %d %d;", s.SpanID, s.OnCPUNs, s.OffCPUNs)
+			}
+		}
+		if sb.String() == prev {
+			break
+		}
+		prev = sb.String()
+	}
+	checkKnownWork(t, webAddr, want)
+	for tr := range want {
+		tv, _ := getTrace(t, webAddr, tr)
+		names := map[string]string{}
+		for _, s := range tv.Spans {
+			names[s.Name] = s.Service
+		}
+		for name, svc := range map[string]string{"handle request": "go-service", "go cpu": "go-service", "go sleep": "go-service",
+			"call c-service": "go-service", "GET /work": "c-service"} {
+			if names[name] != svc {
+				t.Errorf("trace %s: span %q of service %q, want %q (spans %v)", tr, name, names[name], svc, names)
+			}
+		}
+	}
+	if shot := os.Getenv("SPANPROF_TRACE_SCREENSHOT"); shot != "" {
+		screenshotTrace(t, webAddr, first, shot)
+	}
+}
+
+// screenshotTrace saves the trace view as a person would see it.
+func screenshotTrace(t *testing.T, webAddr, trace, path string) {
+	abs, _ := filepath.Abs(path)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--user-data-dir="+t.TempDir(),
+		"--window-size=1400,1000", "--virtual-time-budget=5000", "--screenshot="+abs, "http://"+webAddr+"/trace/"+trace)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("screenshot with chromium: %v\n%s", err, out)
+		return
+	}
+	t.Logf("trace view screenshot: %s", abs)
+}
