@@ -115,14 +115,16 @@ func (g *goFrames) rows(pc uint64) (start uint64, rows []row, ok bool, err error
 			add(cur, Rule{Kind: SPOffset, Offset: 8})
 		case val == 8 && prev == 0 && !sawPush:
 			sawPush = true
-			add(cur, Rule{Kind: SPOffset, Offset: 16})
+			// PUSHQ BP, then MOVQ SP, BP: the caller's frame pointer
+			// is saved at CFA-16 from here on.
+			add(cur, Rule{Kind: SPOffset, Offset: 16, FP: FPAtCFA, FPOffset: -16})
 			if next > cur+3 {
-				add(cur+3, Rule{Kind: FPOffset, Offset: 16})
+				add(cur+3, Rule{Kind: FPOffset, Offset: 16, FP: FPAtCFA, FPOffset: -16})
 			}
 		case asm:
 			add(cur, Rule{})
 		default:
-			add(cur, Rule{Kind: FPOffset, Offset: 16})
+			add(cur, Rule{Kind: FPOffset, Offset: 16, FP: FPAtCFA, FPOffset: -16})
 		}
 		prev, cur = val, next
 		if cur >= end {

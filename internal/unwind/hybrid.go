@@ -1,0 +1,231 @@
+package unwind
+
+import "encoding/binary"
+
+// Stack is what the kernel captured of one user stack: the registers, a
+// copy of the stack from the stack pointer up, and its own frame-pointer
+// walk.
+type Stack struct {
+	IP, SP, FP uint64
+	// Window holds user memory at [SP, SP+len(Window)).
+	Window []byte
+	// Chain is the kernel's frame-pointer walk: Chain[0] is IP, Chain[i]
+	// the return address it read at f(i-1)+8, where f(0) is FP and f(i)
+	// the word at f(i-1).
+	Chain []uint64
+}
+
+// Stop says why a walk ended.
+type Stop uint8
+
+const (
+	// StopOutermost: the rules mark the last frame as the stack's first
+	// (_start, clone3) or its return address is zero: a whole stack.
+	StopOutermost Stop = iota
+	// StopChainEnd: the rules said to follow the frame pointer, and the
+	// kernel's walk had ended there (a frame pointer of zero or outside
+	// user memory, or its own depth bound).
+	StopChainEnd
+	// StopWindow: the next frame lies in stack bytes beyond the window.
+	StopWindow
+	// StopNoInfo: a frame's address has no unwind rule, and its frame
+	// pointer is not one the kernel walked from.
+	StopNoInfo
+	// StopBadRule: a rule the walk cannot evaluate (a DWARF expression, a
+	// CFA in another register, the frame pointer lost).
+	StopBadRule
+	// StopDepth: the walk reached its frame bound.
+	StopDepth
+)
+
+var stopNames = [...]string{"outermost", "chain end", "window", "no unwind info", "bad rule", "depth"}
+
+func (s Stop) String() string {
+	if int(s) < len(stopNames) {
+		return stopNames[s]
+	}
+	return "unknown"
+}
+
+// Result says how a walk went.
+type Result struct {
+	Stop Stop
+	// CFIFrames counts the frames found by CFA rules in the window rather
+	// than taken from the kernel's chain.
+	CFIFrames int
+}
+
+// Lookup returns the unwind rule at an address of the process: Rule{}
+// (Unknown) when no table covers it.
+type Lookup func(pc uint64) Rule
+
+// Walk unwinds s: frames with a frame pointer of their own come from the
+// kernel's chain, frames without one (an RSP-based CFA: glibc, the vDSO,
+// GCC leaves) from their CFA rules in the window, and every frame of the
+// chain is checked against the rule of the function it returns into, so
+// that a frame-pointer function called from frameless code (a qsort
+// comparator) or code using the frame pointer as a general register
+// continues with CFA rules rather than a chain that skipped or invented
+// callers. Frames are appended to dst, leaf first, at most max. Nothing
+// is guessed: the walk stops where a rule or the bytes it needs are
+// missing, and Result says why.
+func Walk(s Stack, lookup Lookup, dst []uint64, max int) ([]uint64, Result) {
+	w := walker{s: s}
+	w.chainFrames()
+	var res Result
+	frames := append(dst, s.IP)
+	n := 1
+	pc, sp, fp := s.IP, s.SP, s.FP
+	spOK, fpOK := true, true
+	at := 0 // fp is the frame address the kernel read Chain[at+1] from; -1 when not
+	for first := true; ; first = false {
+		if n >= max {
+			res.Stop = StopDepth
+			return frames, res
+		}
+		q := pc
+		if !first {
+			q = pc - 1 // the call instruction: a return address may start the next function
+		}
+		r := lookup(q)
+		if r.Outermost {
+			res.Stop = StopOutermost
+			return frames, res
+		}
+		var ra uint64
+		switch {
+		case r.Kind == FPOffset && at >= 0 && standardFrame(r):
+			// The kernel walked from this frame pointer: its next return
+			// address is this frame's.
+			if at+1 >= len(s.Chain) {
+				res.Stop = StopChainEnd
+				return frames, res
+			}
+			ra = s.Chain[at+1]
+			if spOK = fpOK; spOK {
+				sp = fp + 16
+			}
+			at++
+			fp, fpOK = w.chainFP(at)
+		case r.Kind == SPOffset || r.Kind == FPOffset:
+			base, ok := sp, spOK
+			if r.Kind == FPOffset {
+				base, ok = fp, fpOK
+				if !ok {
+					res.Stop = StopBadRule
+					return frames, res
+				}
+			}
+			if !ok {
+				// sp comes from a chain frame beyond the window.
+				res.Stop = StopWindow
+				return frames, res
+			}
+			cfa := base + uint64(r.Offset)
+			var got bool
+			if ra, got = w.word(cfa - 8); !got {
+				res.Stop = StopWindow
+				return frames, res
+			}
+			switch r.FP {
+			case FPAtCFA:
+				if fp, got = w.word(cfa + uint64(r.FPOffset)); !got {
+					res.Stop = StopWindow
+					return frames, res
+				}
+				fpOK, at = true, w.match(fp)
+			case FPLost:
+				fpOK, at = false, -1
+			}
+			sp, spOK = cfa, true
+			res.CFIFrames++
+		case at >= 0:
+			// No rule: code without tables (JIT code, a stripped
+			// binary); the kernel's walk is all there is, as without
+			// this unwinder.
+			if at+1 >= len(s.Chain) {
+				res.Stop = StopNoInfo
+				return frames, res
+			}
+			ra = s.Chain[at+1]
+			if spOK = fpOK; spOK {
+				sp = fp + 16
+			}
+			at++
+			fp, fpOK = w.chainFP(at)
+		default:
+			res.Stop = StopNoInfo
+			return frames, res
+		}
+		if ra == 0 {
+			res.Stop = StopOutermost
+			return frames, res
+		}
+		frames = append(frames, ra)
+		n++
+		pc = ra
+	}
+}
+
+// standardFrame reports whether r is the frame every compiler's
+// "push rbp; mov rsp, rbp" sets up, the one the kernel's walk assumes.
+func standardFrame(r Rule) bool {
+	return r.Offset == 16 && r.FP == FPAtCFA && r.FPOffset == -16
+}
+
+// walker reads the window and knows the frame addresses of the kernel's
+// chain that lie inside it.
+type walker struct {
+	s Stack
+	// fps[i] is the frame address the kernel read Chain[i+1] from, for
+	// as many as the window shows (fps[0] is the FP register).
+	fps []uint64
+}
+
+// word reads the 8 bytes at addr from the window.
+func (w *walker) word(addr uint64) (uint64, bool) {
+	if addr < w.s.SP || addr-w.s.SP > uint64(len(w.s.Window)) || addr-w.s.SP+8 > uint64(len(w.s.Window)) {
+		return 0, false
+	}
+	off := addr - w.s.SP
+	return binary.LittleEndian.Uint64(w.s.Window[off:]), true
+}
+
+// chainFrames reconstructs the frame addresses of the chain from the
+// window, as long as the window agrees with the kernel's walk.
+func (w *walker) chainFrames() {
+	if len(w.s.Chain) < 2 {
+		return
+	}
+	var buf [16]uint64
+	w.fps = append(buf[:0], w.s.FP)
+	for i := 1; i+1 < len(w.s.Chain); i++ {
+		f := w.fps[i-1]
+		ra, ok1 := w.word(f + 8)
+		next, ok2 := w.word(f)
+		if !ok1 || !ok2 || ra != w.s.Chain[i] {
+			return
+		}
+		w.fps = append(w.fps, next)
+	}
+}
+
+// chainFP returns the frame address the kernel read Chain[i+1] from, when
+// the window shows it.
+func (w *walker) chainFP(i int) (uint64, bool) {
+	if i < len(w.fps) {
+		return w.fps[i], true
+	}
+	return 0, false
+}
+
+// match returns the position in the chain of frame address fp, -1 when
+// the kernel did not walk from it.
+func (w *walker) match(fp uint64) int {
+	for i, f := range w.fps {
+		if f == fp {
+			return i
+		}
+	}
+	return -1
+}
