@@ -8,8 +8,10 @@ OUT := out
 
 # Debian packages the build, tests and demo need; installed when missing.
 # chromium drives the web UI tests, debuginfod serves debug files to the
-# symbolization tests; the rest build eBPF objects and fixtures.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium debuginfod
+# symbolization tests, perf is the reference of the unwinding test
+# (perf record --call-graph dwarf); the rest build eBPF objects and
+# fixtures.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debuginfod linux-perf
 # Peers measured side by side by `make bench`.
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
@@ -27,7 +29,7 @@ build:
 
 deps:
 	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null \
-		|| ! command -v debuginfod >/dev/null; then \
+		|| ! command -v debuginfod >/dev/null || ! command -v perf >/dev/null || ! command -v g++ >/dev/null; then \
 		echo "installing $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
