@@ -197,6 +197,8 @@ type state struct {
 	fp      FPSave
 	fpOff   int64
 	raUndef bool
+	// plt is the PLT rule's threshold (pltExpression), 0 for none.
+	plt uint8
 }
 
 func (s state) rule(a Arch) Rule {
@@ -204,7 +206,7 @@ func (s state) rule(a Arch) Rule {
 	switch {
 	case s.expr:
 	case s.reg == a.SP:
-		r = Rule{Kind: SPOffset, Offset: s.offset}
+		r = Rule{Kind: SPOffset, Offset: s.offset, plt: s.plt}
 	case s.reg == a.FP:
 		r = Rule{Kind: FPOffset, Offset: s.offset}
 	}
@@ -334,17 +336,20 @@ func execute(a Arch, c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 				stack = stack[:len(stack)-1]
 				emit()
 			case 0x0c: // def_cfa
-				cur.reg, cur.offset, cur.expr = r.uleb(), int64(r.uleb()), false
+				cur.reg, cur.offset, cur.expr, cur.plt = r.uleb(), int64(r.uleb()), false, 0
 				emit()
 			case 0x0d: // def_cfa_register
-				cur.reg, cur.expr = r.uleb(), false
+				cur.reg, cur.expr, cur.plt = r.uleb(), false, 0
 				emit()
 			case 0x0e: // def_cfa_offset
 				cur.offset = int64(r.uleb())
 				emit()
 			case 0x0f: // def_cfa_expression
-				r.bytes(int(r.uleb()))
-				cur.expr = true
+				e := r.bytes(int(r.uleb()))
+				cur.expr, cur.plt = true, 0
+				if off, k, ok := pltExpression(a, e); ok {
+					cur.reg, cur.offset, cur.expr, cur.plt = a.SP, off, false, k
+				}
 				emit()
 			case 0x10, 0x16: // expression, val_expression
 				reg := r.uleb()
@@ -361,7 +366,7 @@ func execute(a Arch, c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 				cur.setReg(a, reg, FPLost, 0, false)
 				emit()
 			case 0x12: // def_cfa_sf
-				cur.reg, cur.offset, cur.expr = r.uleb(), r.sleb()*c.dataAlign, false
+				cur.reg, cur.offset, cur.expr, cur.plt = r.uleb(), r.sleb()*c.dataAlign, false, 0
 				emit()
 			case 0x13: // def_cfa_offset_sf
 				cur.offset = r.sleb() * c.dataAlign
@@ -383,4 +388,41 @@ func execute(a Arch, c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 		return nil, fmt.Errorf("run FDE instructions: %w", err)
 	}
 	return rows, nil
+}
+
+// pltExpression recognizes the CFA expression linkers write for a lazy
+// PLT, whose 16-byte entries push one word from their 11th (or 10th)
+// byte on:
+//
+//	DW_OP_breg7 (rsp) N; DW_OP_breg16 (rip) 0; DW_OP_lit15; DW_OP_and;
+//	DW_OP_litK; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus
+//
+// which is CFA = rsp + N + 8 * ((rip & 15) >= K). It returns N and K.
+// A sample in a PLT stub (every call into a shared library passes one)
+// would otherwise lose the caller.
+func pltExpression(a Arch, e []byte) (offset int64, k uint8, ok bool) {
+	const (
+		opBreg0 = 0x70
+		opLit0  = 0x30
+		opAnd   = 0x1a
+		opGe    = 0x2a
+		opShl   = 0x24
+		opPlus  = 0x22
+	)
+	r := &reader{b: e}
+	if r.u8() != opBreg0+uint8(a.SP) {
+		return 0, 0, false
+	}
+	offset = r.sleb()
+	if r.u8() != opBreg0+uint8(a.RA) || r.sleb() != 0 || r.u8() != opLit0+15 || r.u8() != opAnd {
+		return 0, 0, false
+	}
+	lit := r.u8()
+	if lit < opLit0+1 || lit > opLit0+15 {
+		return 0, 0, false
+	}
+	if r.u8() != opGe || r.u8() != opLit0+3 || r.u8() != opShl || r.u8() != opPlus || r.err != nil || r.off != len(e) {
+		return 0, 0, false
+	}
+	return offset, lit - opLit0, true
 }

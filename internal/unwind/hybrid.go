@@ -53,10 +53,17 @@ type Result struct {
 	// CFIFrames counts the frames found by CFA rules in the window rather
 	// than taken from the kernel's chain.
 	CFIFrames int
+	// Needed is how many bytes of the window from SP the walk read, or
+	// would have read for the word it stopped at (StopWindow): what a
+	// window must hold for this stack.
+	Needed uint64
 }
 
 // Lookup returns the unwind rule at an address of the process: Rule{}
-// (Unknown) when no table covers it.
+// (Unknown) when no table covers it. An address in no mapping has none:
+// the walk follows the kernel's chain there, and the profile's builder,
+// which reads a process's mappings again before it judges an address in
+// none of them, cuts the stack (collect.Stats.StacksCut).
 type Lookup func(pc uint64) Rule
 
 // Walk unwinds s: frames with a frame pointer of their own come from the
@@ -69,11 +76,12 @@ type Lookup func(pc uint64) Rule
 // callers. Frames are appended to dst, leaf first, at most max. Nothing
 // is guessed: the walk stops where a rule or the bytes it needs are
 // missing, and Result says why.
-func Walk(s Stack, lookup Lookup, dst []uint64, max int) ([]uint64, Result) {
+func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res Result) {
 	w := walker{s: s}
 	w.chainFrames()
-	var res Result
-	frames := append(dst, s.IP)
+	w.needed = 0 // the chain's frames are the kernel's; only the walk's reads count
+	defer func() { res.Needed = w.needed }()
+	frames = append(dst, s.IP)
 	n := 1
 	pc, sp, fp := s.IP, s.SP, s.FP
 	spOK, fpOK := true, true
@@ -127,14 +135,19 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) ([]uint64, Result) {
 				res.Stop = StopWindow
 				return frames, res
 			}
-			switch r.FP {
-			case FPAtCFA:
-				if fp, got = w.word(cfa + uint64(r.FPOffset)); !got {
+			switch slot := cfa + uint64(r.FPOffset); {
+			case r.FP == FPAtCFA && spOK && slot < sp:
+				// An epilogue: compilers keep the save slot's rule
+				// after popping the register, and the slot lies below
+				// the stack pointer. The register holds the caller's
+				// value again.
+			case r.FP == FPAtCFA:
+				if fp, got = w.word(slot); !got {
 					res.Stop = StopWindow
 					return frames, res
 				}
 				fpOK, at = true, w.match(fp)
-			case FPLost:
+			case r.FP == FPLost:
 				fpOK, at = false, -1
 			}
 			sp, spOK = cfa, true
@@ -180,14 +193,20 @@ type walker struct {
 	// fps[i] is the frame address the kernel read Chain[i+1] from, for
 	// as many as the window shows (fps[0] is the FP register).
 	fps []uint64
+	// needed is the end of the highest word read, from SP.
+	needed uint64
 }
 
 // word reads the 8 bytes at addr from the window.
 func (w *walker) word(addr uint64) (uint64, bool) {
-	if addr < w.s.SP || addr-w.s.SP > uint64(len(w.s.Window)) || addr-w.s.SP+8 > uint64(len(w.s.Window)) {
+	if addr < w.s.SP || addr-w.s.SP > 1<<30 {
 		return 0, false
 	}
 	off := addr - w.s.SP
+	w.needed = max(w.needed, off+8)
+	if off+8 > uint64(len(w.s.Window)) {
+		return 0, false
+	}
 	return binary.LittleEndian.Uint64(w.s.Window[off:]), true
 }
 

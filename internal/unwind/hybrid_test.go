@@ -32,6 +32,7 @@ const (
 	fnGPR    = 0x6000 // frameless, pushes rbp at CFA-16 and uses it as a general register
 	fnNoInfo = 0x7000 // no unwind rule
 	fnBig    = 0x8000 // frameless with 1600 bytes of locals: CFA = rsp+1608
+	fnEpi    = 0x9000 // in an epilogue: rbp popped, its rule still "at CFA-48"
 )
 
 var (
@@ -44,6 +45,7 @@ var (
 		{fnLeaf, fnLeaf + 0x100, Rule{Kind: SPOffset, Offset: 8}},
 		{fnGPR, fnGPR + 0x100, Rule{Kind: SPOffset, Offset: 24, FP: FPAtCFA, FPOffset: -16}},
 		{fnBig, fnBig + 0x100, Rule{Kind: SPOffset, Offset: 1608}},
+		{fnEpi, fnEpi + 0x100, Rule{Kind: SPOffset, Offset: 24, FP: FPAtCFA, FPOffset: -48}},
 	}
 )
 
@@ -170,6 +172,18 @@ func TestWalk(t *testing.T) {
 		window: 1024,
 		want:   want{[]uint64{fnCmp + 0x30, ret(fnBig)}, StopWindow, 0},
 	}, {
+		name: "epilogue: the frame pointer's save slot is below sp, the register restored",
+		build: func(b *stackBuilder) (uint64, uint64) {
+			bp := b.fpFrame(ret(fnStart), 0)
+			bp = b.fpFrame(ret(fnMain), bp)
+			b.push(ret(fnCmp)) // epi's return address, then two registers not popped yet
+			b.push(0x2222)
+			b.push(0x3333)
+			return fnEpi + 0x40, bp // rbp is cmp's again
+		},
+		window: 1024,
+		want:   want{[]uint64{fnEpi + 0x40, ret(fnCmp), ret(fnMain), ret(fnStart)}, StopOutermost, 1},
+	}, {
 		name: "a frame without unwind information off the chain",
 		build: func(b *stackBuilder) (uint64, uint64) {
 			b.fpFrame(ret(fnStart), 0)
@@ -197,6 +211,9 @@ func TestWalk(t *testing.T) {
 			if !slices.Equal(frames, tt.want.frames) || res.Stop != tt.want.stop || res.CFIFrames != tt.want.cfi {
 				t.Errorf("Walk = %#x, %v, %d CFI frames; want %#x, %v, %d\n(kernel chain %#x)",
 					frames, res.Stop, res.CFIFrames, tt.want.frames, tt.want.stop, tt.want.cfi, s.Chain)
+			}
+			if (res.Stop == StopWindow) != (res.Needed > uint64(len(s.Window))) {
+				t.Errorf("stop %v with %d bytes needed of a %d-byte window", res.Stop, res.Needed, len(s.Window))
 			}
 		})
 	}

@@ -62,6 +62,7 @@ type readelfRow struct {
 	pc      uint64
 	rule    Rule
 	full    Rule
+	expr    bool // the CFA is a DWARF expression ("exp")
 }
 
 // readelfRules is the ground truth for CFA rules.
@@ -127,7 +128,7 @@ func readelfRules(t testing.TB, path string) []readelfRow {
 				full.Outermost = v == "u"
 			}
 		}
-		rows = append(rows, readelfRow{section: section, pc: pc, rule: cfa, full: full})
+		rows = append(rows, readelfRow{section: section, pc: pc, rule: cfa, full: full, expr: f[1] == "exp"})
 	}
 	return rows
 }

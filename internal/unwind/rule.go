@@ -56,6 +56,22 @@ type Rule struct {
 	// the return-address column), which marks the first frame of a stack
 	// (_start, the child side of clone3): the walk ends there cleanly.
 	Outermost bool
+	// plt, in a table's rows, is the threshold of a PLT's CFA expression
+	// (pltExpression); RuleAt resolves it at the address asked.
+	plt uint8
+}
+
+// at resolves a row's rule at pc: a PLT's CFA is one word higher from the
+// entry's plt-th byte on (entries are 16 bytes, and their offset in the
+// mapping keeps the address's low bits).
+func (r Rule) at(pc uint64) Rule {
+	if r.plt != 0 {
+		if pc&15 >= uint64(r.plt) {
+			r.Offset += 8
+		}
+		r.plt = 0
+	}
+	return r
 }
 
 // String renders the rule the way readelf --debug-dump=frames-interp does.

@@ -154,7 +154,7 @@ func ruleIn(rows []row, pc uint64) Rule {
 	if i < 0 {
 		return Rule{}
 	}
-	return rows[i].rule
+	return rows[i].rule.at(pc)
 }
 
 func (t *Table) remember(start uint64, rows []row) {

@@ -45,6 +45,9 @@ func TestAgainstReadelf(t *testing.T) {
 				if err != nil {
 					t.Fatalf("RuleAt(%#x): %v", r.pc, err)
 				}
+				if r.expr && got.Kind == SPOffset {
+					continue // a PLT's expression, evaluated (TestPLTRule)
+				}
 				if got.CFA() != r.rule {
 					t.Errorf("RuleAt(%#x) = %v, readelf says %v", r.pc, got, r.rule)
 				}
@@ -242,5 +245,51 @@ func TestRecoverCaller(t *testing.T) {
 				t.Errorf("rule %v recovers a caller but says the frame is set up", tt.rule)
 			}
 		})
+	}
+}
+
+// TestPLTRule checks the rule in a lazy PLT against its instructions: the
+// CFA is rsp+8 until the entry's push has run, rsp+16 after, in every
+// entry, as the linker's CFA expression says.
+func TestPLTRule(t *testing.T) {
+	path := fixture("chain-gcc")
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	plt := f.Section(".plt")
+	if plt == nil {
+		t.Fatal("no .plt in the fixture")
+	}
+	code, err := plt.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := openTable(t, path)
+	checked := 0
+	for entry := 16; entry+16 <= len(code); entry += 16 { // entry 0 is the resolver's
+		want := Rule{Kind: SPOffset, Offset: 8}
+		for off := entry; off < entry+16; {
+			inst, err := x86asm.Decode(code[off:], 64)
+			if err != nil {
+				t.Fatalf("decode .plt+%#x: %v", off, err)
+			}
+			got, err := tab.RuleAt(plt.Addr + uint64(off))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf(".plt+%#x (%v): %v, want %v", off, inst, got, want)
+			}
+			checked++
+			if inst.Op == x86asm.PUSH {
+				want = Rule{Kind: SPOffset, Offset: 16}
+			}
+			off += inst.Len
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no PLT entry checked")
 	}
 }
