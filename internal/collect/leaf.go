@@ -6,6 +6,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
@@ -168,4 +169,24 @@ func loadSegments(progs []*elf.Prog) []*elf.Prog {
 		}
 	}
 	return out
+}
+
+// maxUserFrames bounds an unwound stack as the kernel's walk is bounded
+// (MAX_USER_FRAMES in bpf/spanprof.h).
+const maxUserFrames = 127
+
+// Unwind implements StackUnwinder: the hybrid walk of unwind.Walk over
+// r's window and the kernel's chain, with the rules of p's mapped files.
+// Anonymous code (JIT, the vDSO) has no rules: there the kernel's chain is
+// followed when the frame pointer is the one it walked from.
+func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) ([]uint64, unwind.Result) {
+	lookup := func(pc uint64) unwind.Rule {
+		m := p.Find(pc)
+		if m == nil || m.Anonymous() {
+			return unwind.Rule{}
+		}
+		return f.rule(p, m, pc)
+	}
+	s := unwind.Stack{IP: r.UserIP, SP: r.UserSP, FP: r.UserBP, Window: r.StackTop, Chain: r.UserStack}
+	return unwind.Walk(s, lookup, dst, maxUserFrames)
 }
