@@ -42,6 +42,7 @@ func readOffCPUTruth(t *testing.T, path string) map[string]offCPUSpan {
 // anon_pipe_read).
 var wantReasons = map[string][]string{
 	"sleep":    {"do_nanosleep"},
+	"usleep":   {"do_nanosleep"}, // through glibc's usleep, nanosleep, clock_nanosleep
 	"futex":    {"futex_wait_queue", "futex_do_wait", "futex_wait_queue_me"},
 	"pipe":     {"pipe_read", "anon_pipe_read"},
 	"pingpong": {"pipe_read", "anon_pipe_read"},
