@@ -269,7 +269,7 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 		return user, nil, false
 	}
 	if u, ok := c.opts.Leaf.(StackUnwinder); ok {
-		frames, wr := u.Unwind(p, r, make([]uint64, 0, len(user)+8))
+		frames, wr := u.Unwind(p, r, nil)
 		if wr.Stop == unwind.StopWindow {
 			c.widenWindow(r.PID, wr.Needed)
 		}

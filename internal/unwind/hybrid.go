@@ -186,13 +186,21 @@ func standardFrame(r Rule) bool {
 	return r.Offset == 16 && r.FP == FPAtCFA && r.FPOffset == -16
 }
 
+// maxChainFrames bounds the frame addresses of the chain a walk
+// reconstructs from the window: a 8 KiB window holds at most 512 frames,
+// but a stack that deep in frame-pointer code is not unwound by rules.
+// Past it, the chain's frames are still followed, by position.
+const maxChainFrames = 64
+
 // walker reads the window and knows the frame addresses of the kernel's
-// chain that lie inside it.
+// chain that lie inside it. It lives on its caller's stack: a walk runs
+// per sample.
 type walker struct {
 	s Stack
-	// fps[i] is the frame address the kernel read Chain[i+1] from, for
-	// as many as the window shows (fps[0] is the FP register).
-	fps []uint64
+	// fps[:nfps]: fps[i] is the frame address the kernel read Chain[i+1]
+	// from, for as many as the window shows (fps[0] is the FP register).
+	fps  [maxChainFrames]uint64
+	nfps int
 	// needed is the end of the highest word read, from SP.
 	needed uint64
 }
@@ -216,23 +224,22 @@ func (w *walker) chainFrames() {
 	if len(w.s.Chain) < 2 {
 		return
 	}
-	var buf [16]uint64
-	w.fps = append(buf[:0], w.s.FP)
-	for i := 1; i+1 < len(w.s.Chain); i++ {
+	w.fps[0], w.nfps = w.s.FP, 1
+	for i := 1; i+1 < len(w.s.Chain) && i < maxChainFrames; i++ {
 		f := w.fps[i-1]
 		ra, ok1 := w.word(f + 8)
 		next, ok2 := w.word(f)
 		if !ok1 || !ok2 || ra != w.s.Chain[i] {
 			return
 		}
-		w.fps = append(w.fps, next)
+		w.fps[i], w.nfps = next, i+1
 	}
 }
 
 // chainFP returns the frame address the kernel read Chain[i+1] from, when
 // the window shows it.
 func (w *walker) chainFP(i int) (uint64, bool) {
-	if i < len(w.fps) {
+	if i < w.nfps {
 		return w.fps[i], true
 	}
 	return 0, false
@@ -241,7 +248,7 @@ func (w *walker) chainFP(i int) (uint64, bool) {
 // match returns the position in the chain of frame address fp, -1 when
 // the kernel did not walk from it.
 func (w *walker) match(fp uint64) int {
-	for i, f := range w.fps {
+	for i, f := range w.fps[:w.nfps] {
 		if f == fp {
 			return i
 		}

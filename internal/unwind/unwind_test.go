@@ -207,6 +207,15 @@ func TestGoPcsp(t *testing.T) {
 				off += inst.Len
 			}
 
+			if r, _ := tab.RuleAt(alpha.Entry); r.Outermost {
+				t.Errorf("main.alpha is marked outermost")
+			}
+			if goexit := gt.LookupFunc("runtime.goexit"); goexit == nil {
+				t.Error("no runtime.goexit")
+			} else if r, _ := tab.RuleAt(goexit.Entry); !r.Outermost {
+				t.Errorf("runtime.goexit (TOPFRAME) is not marked outermost: %+v", r)
+			}
+
 			gamma := gt.LookupFunc("main.gamma")
 			if r, _ := tab.RuleAt(gamma.Entry + 4); r.CFA() != (Rule{Kind: SPOffset, Offset: 8}) {
 				t.Errorf("main.gamma (frameless leaf) body: %v, want rsp+8", r)
