@@ -207,6 +207,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 				Help: "User stacks cut because a frame lay beyond the stack window the kernel copied; the process's window is widened for the next samples (spanprof_stack_windows_widened_total).",
 			}, func() float64 { return float64(a.collector.Stats().UnwindWindowCut) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_below_window_total",
+				Help: "User stacks deeper than the stack window that end at frameless code (usually the C library's frames under main or start_thread) below frames the kernel walked beyond the window.",
+			}, func() float64 { return float64(a.collector.Stats().UnwindBelowWindow) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_unwind_no_info_total",
 				Help: "User stacks ending at an address with no unwind rule whose frame pointer the kernel did not walk from: code without .eh_frame or frame pointers.",
 			}, func() float64 { return float64(a.collector.Stats().UnwindNoInfo) }),

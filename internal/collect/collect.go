@@ -127,6 +127,11 @@ type Stats struct {
 	// DWARF expression). The frames before the cut are kept; none is
 	// guessed after it.
 	UnwindWindowCut, UnwindNoInfo, UnwindBadRule uint64
+	// UnwindBelowWindow counts stacks deeper than the window whose
+	// frames beyond it are the kernel's, ending at frameless code under
+	// them (unwind.StopBelowWindow): their windows are not widened, since
+	// one holding those frames would hold the whole stack.
+	UnwindBelowWindow uint64
 	// WindowsWidened counts the times a process's window was widened
 	// (Options.StackWindow) after a stack was cut by it.
 	WindowsWidened uint64
@@ -346,6 +351,8 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 		switch res.Stop {
 		case unwind.StopWindow:
 			c.stats.UnwindWindowCut++
+		case unwind.StopBelowWindow:
+			c.stats.UnwindBelowWindow++
 		case unwind.StopNoInfo:
 			c.stats.UnwindNoInfo++
 		case unwind.StopBadRule:

@@ -36,9 +36,15 @@ const (
 	StopBadRule
 	// StopDepth: the walk reached its frame bound.
 	StopDepth
+	// StopBelowWindow: frameless code under the kernel's last frame, whose
+	// bytes lie beyond the window (the C library's frames under main or
+	// start_thread, in a stack deeper than the window, where the kernel's
+	// walk ended too). A window holding them would hold the whole stack:
+	// the frames up to there are kept, and the window is not widened.
+	StopBelowWindow
 )
 
-var stopNames = [...]string{"outermost", "chain end", "window", "no unwind info", "bad rule", "depth"}
+var stopNames = [...]string{"outermost", "chain end", "window", "no unwind info", "bad rule", "depth", "below window"}
 
 func (s Stop) String() string {
 	if int(s) < len(stopNames) {
@@ -73,10 +79,10 @@ type Lookup func(pc uint64) Rule
 // that a frame-pointer function called from frameless code (a qsort
 // comparator) or code using the frame pointer as a general register
 // continues with CFA rules rather than a chain that skipped or invented
-// callers. Frames are appended to dst, leaf first, at most max. Nothing
+// callers. Frames are appended to dst, leaf first, at most maxFrames. Nothing
 // is guessed: the walk stops where a rule or the bytes it needs are
 // missing, and Result says why.
-func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res Result) {
+func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64, res Result) {
 	w := walker{s: s}
 	w.chainFrames()
 	w.needed = 0 // the chain's frames are the kernel's; only the walk's reads count
@@ -85,9 +91,10 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res R
 	n := 1
 	pc, sp, fp := s.IP, s.SP, s.FP
 	spOK, fpOK := true, true
-	at := 0 // fp is the frame address the kernel read Chain[at+1] from; -1 when not
+	at := 0            // fp is the frame address the kernel read Chain[at+1] from; -1 when not
+	fromChain := false // the last frame came from the kernel's chain
 	for first := true; ; first = false {
-		if n >= max {
+		if n >= maxFrames {
 			res.Stop = StopDepth
 			return frames, res
 		}
@@ -115,6 +122,7 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res R
 			}
 			at++
 			fp, fpOK = w.chainFP(at)
+			fromChain = true
 		case r.Kind == SPOffset || r.Kind == FPOffset:
 			base, ok := sp, spOK
 			if r.Kind == FPOffset {
@@ -125,14 +133,16 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res R
 				}
 			}
 			if !ok {
-				// sp comes from a chain frame beyond the window.
-				res.Stop = StopWindow
+				// sp comes from a chain frame beyond the window: the
+				// bytes are beyond it too.
+				w.needed = max(w.needed, uint64(len(s.Window))+8)
+				res.Stop = w.cut(at, fromChain)
 				return frames, res
 			}
 			cfa := base + uint64(r.Offset)
 			var got bool
 			if ra, got = w.word(cfa - 8); !got {
-				res.Stop = StopWindow
+				res.Stop = w.cut(at, fromChain)
 				return frames, res
 			}
 			switch slot := cfa + uint64(r.FPOffset); {
@@ -143,7 +153,7 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res R
 				// value again.
 			case r.FP == FPAtCFA:
 				if fp, got = w.word(slot); !got {
-					res.Stop = StopWindow
+					res.Stop = w.cut(at, fromChain)
 					return frames, res
 				}
 				fpOK, at = true, w.match(fp)
@@ -152,6 +162,7 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res R
 			}
 			sp, spOK = cfa, true
 			res.CFIFrames++
+			fromChain = false
 		case at >= 0:
 			// No rule: code without tables (JIT code, a stripped
 			// binary); the kernel's walk is all there is, as without
@@ -166,6 +177,7 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res R
 			}
 			at++
 			fp, fpOK = w.chainFP(at)
+			fromChain = true
 		default:
 			res.Stop = StopNoInfo
 			return frames, res
@@ -178,6 +190,17 @@ func Walk(s Stack, lookup Lookup, dst []uint64, max int) (frames []uint64, res R
 		n++
 		pc = ra
 	}
+}
+
+// cut says why a walk stopped for bytes beyond the window: below the
+// kernel's last frame, reached through its chain, the frameless code is
+// the bottom of a stack deeper than the window (StopBelowWindow);
+// elsewhere a wider window would have the bytes (StopWindow).
+func (w *walker) cut(at int, fromChain bool) Stop {
+	if fromChain && at == len(w.s.Chain)-1 {
+		return StopBelowWindow
+	}
+	return StopWindow
 }
 
 // standardFrame reports whether r is the frame every compiler's

@@ -184,6 +184,22 @@ func TestWalk(t *testing.T) {
 		window: 1024,
 		want:   want{[]uint64{fnEpi + 0x40, ret(fnCmp), ret(fnMain), ret(fnStart)}, StopOutermost, 1},
 	}, {
+		name: "frameless code under frames beyond the window: the chain's frames kept",
+		build: func(b *stackBuilder) (uint64, uint64) {
+			b.push(ret(fnStart)) // qsort's caller... is _start's frame, frameless
+			b.push(0)
+			b.push(0)
+			b.push(0)
+			bp := b.fpFrame(ret(fnQsort), 0) // main, called from qsort
+			for range 100 {                  // main's locals: the rest is beyond the window
+				b.push(0)
+			}
+			bp = b.fpFrame(ret(fnMain), bp)
+			return fnCmp + 0x30, bp
+		},
+		window: 256,
+		want:   want{[]uint64{fnCmp + 0x30, ret(fnMain), ret(fnQsort)}, StopBelowWindow, 0},
+	}, {
 		name: "a frame without unwind information off the chain",
 		build: func(b *stackBuilder) (uint64, uint64) {
 			b.fpFrame(ret(fnStart), 0)
@@ -212,7 +228,7 @@ func TestWalk(t *testing.T) {
 				t.Errorf("Walk = %#x, %v, %d CFI frames; want %#x, %v, %d\n(kernel chain %#x)",
 					frames, res.Stop, res.CFIFrames, tt.want.frames, tt.want.stop, tt.want.cfi, s.Chain)
 			}
-			if (res.Stop == StopWindow) != (res.Needed > uint64(len(s.Window))) {
+			if res.Stop != StopBelowWindow && (res.Stop == StopWindow) != (res.Needed > uint64(len(s.Window))) {
 				t.Errorf("stop %v with %d bytes needed of a %d-byte window", res.Stop, res.Needed, len(s.Window))
 			}
 		})
