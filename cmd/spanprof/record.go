@@ -268,8 +268,8 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: %d samples had their user stack cut at a return address in no code mapping (a frame-pointer chain through code built without frame pointers)\n", st.StacksCut)
 	}
 	if st.UnwindCFIFrames > 0 || st.UnwindWindowCut > 0 || st.UnwindNoInfo > 0 || st.UnwindBadRule > 0 || st.UnwindBelowWindow > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d user frames found by their unwind rules in code without frame pointers; stacks cut: %d by the stack window (%d windows widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated\n",
-			st.UnwindCFIFrames, st.UnwindWindowCut, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule)
+		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers; stacks cut: %d by the stack window (%d windows widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated\n",
+			st.UnwindCFIFrames, st.Samples, st.UnwindWindowCut, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule)
 	}
 	if st.PreExec > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples were taken inside an exec with the image before it still in the registers; %d of them were symbolized against that image (the process as read before the exec, or its parent's)\n",
