@@ -8,9 +8,10 @@ OUT := out
 
 # Debian packages the build, tests and demo need; installed when missing.
 # chromium drives the web UI tests, debuginfod serves debug files to the
-# symbolization tests; qemu and busybox-static boot the kernel matrix
-# (test/kernels); the rest build eBPF objects and fixtures.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc make binutils chromium debuginfod qemu-system-x86 busybox-static
+# symbolization tests; perf is the reference of the unwinding test
+# (perf record --call-graph dwarf); qemu and busybox-static boot the kernel
+# matrix (test/kernels); the rest build eBPF objects and fixtures.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debuginfod linux-perf qemu-system-x86 busybox-static
 # Peers measured side by side by `make bench`.
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
@@ -29,7 +30,7 @@ build:
 deps:
 	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null \
 		|| ! command -v debuginfod >/dev/null || ! command -v qemu-system-x86_64 >/dev/null \
-		|| ! dpkg -s busybox-static >/dev/null 2>&1; then \
+		|| ! dpkg -s busybox-static >/dev/null 2>&1 || ! command -v perf >/dev/null || ! command -v g++ >/dev/null; then \
 		echo "installing $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi

@@ -178,22 +178,46 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
  * as much as copying a kilobyte here (and a faulting one several times
  * more), so the frame-pointer walk reads the stack from the stack pointer
  * in chunks of this size and takes its frames from the copies, where
- * bpf_get_stack reads user memory once per frame. The first STACK_TOP_BYTES
- * go to user space for the leaf fix-up. */
+ * bpf_get_stack reads user memory once per frame. The first chunk is read
+ * straight into the record, as the start of the window user space unwinds
+ * frameless code in; later ones go to a scratch copy. */
 #define STACK_SNAP_BYTES 1024
 
+/* A copy of stack: the record's window (up to STACK_WINDOW_MAX) or a later
+ * chunk (STACK_SNAP_BYTES of it used). */
 struct stack_snap {
-	__u64 w[STACK_SNAP_BYTES / 8];
+	__u64 w[STACK_WINDOW_MAX / 8];
 };
 
 /* Index masks for the frame walks (see walk_snap): a snapshot's words,
  * and the user frames, as powers of two minus one that hold every index. */
-#define SNAP_WORD_MASK (STACK_SNAP_BYTES / 8 - 1)
+#define SNAP_WORD_MASK (STACK_WINDOW_MAX / 8 - 1)
 #define FRAME_IDX_MASK 127
-_Static_assert((STACK_SNAP_BYTES / 8 & SNAP_WORD_MASK) == 0, "STACK_SNAP_BYTES / 8 must be a power of two");
-_Static_assert(MAX_USER_FRAMES <= FRAME_IDX_MASK + 1 &&
-		       FRAME_IDX_MASK < MAX_USER_FRAMES + MAX_KERN_FRAMES,
-	       "FRAME_IDX_MASK must hold every user frame index and stay inside frames[]");
+_Static_assert(MAX_USER_FRAMES <= FRAME_IDX_MASK + 1, "FRAME_IDX_MASK must hold every user frame index");
+_Static_assert(STACK_SNAP_BYTES <= STACK_WINDOW_MAX, "a chunk fits a snapshot");
+_Static_assert((STACK_WINDOW_MAX & (STACK_WINDOW_MAX - 1)) == 0, "masks bound the window");
+
+/* Window bytes wanted per process, by tgid, beyond the first chunk: written
+ * by user space for processes whose stacks the window cut (a frameless
+ * function with a large frame, such as vfprintf's), deleted at exit.
+ * Absent: STACK_SNAP_BYTES. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_windows SEC(".maps");
+
+/* window_words returns where s's frames start in data, in words: after
+ * the window, bounded for the verifier. */
+static __always_inline __u64 window_words(struct stack_sample *s)
+{
+	__u64 fo = s->window_len / 8;
+
+	if (fo > STACK_WINDOW_MAX / 8)
+		fo = STACK_WINDOW_MAX / 8;
+	return fo;
+}
 
 /* One snapshot per program kind and CPU: index 0 for on-CPU ticks, 1 for
  * off-CPU captures. */
@@ -204,7 +228,8 @@ struct {
 	__type(value, struct stack_snap);
 } snap_scratch SEC(".maps");
 
-/* The user registers of a sample and the stack copied from them. */
+/* The user registers of a sample and the stack copied from them: snap_len
+ * bytes in the record's window, and the scratch for chunks further up. */
 struct user_ctx {
 	__u64 mode; /* cs or pstate (arch.h) */
 	struct stack_snap *snap;
@@ -248,29 +273,55 @@ static __always_inline int task_user_regs(struct stack_sample *s, struct task_st
 	return 1;
 }
 
-/* read_chunk copies STACK_SNAP_BYTES of user stack from addr, or up to
- * the end of addr's page when the stack ends sooner. Returns the bytes
- * copied. */
-static __always_inline __u32 read_chunk(struct stack_snap *snap, __u64 addr)
+/* read_chunk copies size bytes of user stack from addr, or up to the end
+ * of addr's page when the stack ends sooner. Returns the bytes copied.
+ * size is a constant (STACK_SNAP_BYTES): the verifier bounds the read by it. */
+static __always_inline __u32 read_chunk(struct stack_snap *snap, __u64 addr, __u32 size)
 {
-	__u32 len = STACK_SNAP_BYTES;
+	__u32 len = size;
 
-	if (bpf_probe_read_user(snap->w, STACK_SNAP_BYTES, (void *)addr)) {
+	if (bpf_probe_read_user(snap->w, size, (void *)addr)) {
 		len = 4096 - (addr & 4095);
-		if (len > STACK_SNAP_BYTES)
-			len = STACK_SNAP_BYTES;
+		if (len > size)
+			len = size;
 		if (bpf_probe_read_user(snap->w, len, (void *)addr))
 			len = 0;
 	}
 	return len;
 }
 
+/* read_more extends a window of STACK_SNAP_BYTES to want bytes, or to
+ * the end of the page after the first chunk when the stack ends sooner.
+ * Returns the bytes added. */
+static __always_inline __u32 read_more(struct stack_sample *s, __u32 want)
+{
+	__u64 addr = s->user_sp + STACK_SNAP_BYTES;
+	__u32 n, page;
+
+	if (want > STACK_WINDOW_MAX)
+		want = STACK_WINDOW_MAX;
+	n = (want - STACK_SNAP_BYTES) & (STACK_WINDOW_MAX - 1);
+	if (n > STACK_WINDOW_MAX - STACK_SNAP_BYTES)
+		return 0;
+	if (!bpf_probe_read_user(&s->data[STACK_SNAP_BYTES / 8], n, (void *)addr))
+		return n;
+	page = (4096 - (addr & 4095)) & 4095;
+	if (page < n)
+		n = page;
+	if (n && !bpf_probe_read_user(&s->data[STACK_SNAP_BYTES / 8], n, (void *)addr))
+		return n;
+	return 0;
+}
+
 /* fill_user copies the stack of the user context in s's registers, from
- * its stack pointer, and gives user space its top for the leaf fix-up. */
+ * its stack pointer, into the record's window: the frame-pointer walk
+ * starts in it, and user space unwinds frameless code in it. The first
+ * chunk is always read; a process that needs more (stack_windows) gets it
+ * in a second read. */
 static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u, __u32 snap_idx)
 {
 	struct stack_snap *snap;
-	__u32 len;
+	__u32 len, *want;
 
 	u->snap = 0;
 	u->snap_len = 0;
@@ -279,15 +330,18 @@ static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u
 	snap = bpf_map_lookup_elem(&snap_scratch, &snap_idx);
 	if (!snap)
 		return;
-	len = read_chunk(snap, s->user_sp);
+	len = read_chunk((struct stack_snap *)s->data, s->user_sp, STACK_SNAP_BYTES);
+	if (len == STACK_SNAP_BYTES) {
+		want = bpf_map_lookup_elem(&stack_windows, &s->pid);
+		if (want && *want > STACK_SNAP_BYTES)
+			len += read_more(s, *want);
+	}
+	len &= ~7U;
 	u->snap = snap;
 	u->snap_len = len;
-	if (len >= STACK_TOP_BYTES) {
-		__builtin_memcpy(s->stack_top, snap->w, STACK_TOP_BYTES);
-		s->stack_top_len = STACK_TOP_BYTES;
-	} else {
+	s->window_len = len;
+	if (!len)
 		count(CNT_STACK_TOP_ERR);
-	}
 }
 
 /* fill_sample writes who, when, and the trace context of a sample of the
@@ -311,7 +365,7 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->user_sp = 0;
 	s->user_bp = 0;
 	s->user_lr = 0;
-	s->stack_top_len = 0;
+	s->window_len = 0;
 	/* task is current; reading its comm directly spares a helper call. */
 	__builtin_memcpy(s->comm, task->comm, sizeof(s->comm));
 	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
@@ -360,11 +414,12 @@ static __always_inline int frame_addr(__u64 bp)
 __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 base, __u32 len,
 			 struct walk_pos *pos)
 {
-	__u64 bp, off, w, n, idx;
+	__u64 bp, off, w, n, idx, fo;
 	int j;
 
 	if (!s || !snap || !pos)
 		return 0;
+	fo = window_words(s);
 	bp = pos->bp;
 	n = pos->n;
 	for (j = 0; j < MAX_USER_FRAMES; j++) {
@@ -375,7 +430,7 @@ __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 
 		off = bp - base;
 		w = off / 8;
 		if (idx >= MAX_USER_FRAMES || !frame_addr(bp) || off + 16 > len ||
-		    w >= STACK_SNAP_BYTES / 8 - 1)
+		    w >= STACK_WINDOW_MAX / 8 - 1)
 			break;
 		/* The verifiers before 6.18 lose the bounds the checks above
 		 * give (6.12: "math between mem pointer and register with
@@ -384,7 +439,7 @@ __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 
 		 * per frame. barrier_var keeps clang from dropping them. */
 		barrier_var(w);
 		barrier_var(idx);
-		s->frames[idx & FRAME_IDX_MASK] = snap->w[(w + 1) & SNAP_WORD_MASK];
+		s->data[fo + (idx & FRAME_IDX_MASK)] = snap->w[(w + 1) & SNAP_WORD_MASK];
 		bp = snap->w[w & SNAP_WORD_MASK];
 	}
 	pos->bp = bp;
@@ -395,11 +450,12 @@ __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 
 /* walk_mem continues a walk in user memory, one read per frame. */
 __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 {
-	__u64 bp, fr[2], n, idx;
+	__u64 bp, fr[2], n, idx, fo;
 	int j;
 
 	if (!s || !pos)
 		return 0;
+	fo = window_words(s);
 	bp = pos->bp;
 	n = pos->n;
 	for (j = 0; j < MAX_USER_FRAMES; j++) {
@@ -409,7 +465,7 @@ __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 		    bpf_probe_read_user(fr, sizeof(fr), (void *)bp))
 			break;
 		barrier_var(idx);
-		s->frames[idx & FRAME_IDX_MASK] = fr[1];
+		s->data[fo + (idx & FRAME_IDX_MASK)] = fr[1];
 		bp = fr[0];
 	}
 	pos->n = n + j;
@@ -417,9 +473,10 @@ __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 }
 
 /* walk_user walks a 64-bit user context's frame pointers and returns the
- * number of frames in s->frames: through the stack copied by fill_user
- * (snap_len bytes from user_sp), then through further chunks read from the
- * next frame on, then frame by frame. Global, so verified once. */
+ * number of frames in s->frames: through the window fill_user copied
+ * (snap_len bytes from user_sp), then through further chunks read into
+ * snap from the next frame on, then frame by frame. Global, so verified
+ * once. */
 __noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32 snap_len)
 {
 	struct walk_pos pos = {};
@@ -430,14 +487,14 @@ __noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32
 		return 0;
 	pos.bp = s->user_bp;
 	pos.n = 1;
-	s->frames[0] = s->user_ip;
+	s->data[window_words(s)] = s->user_ip;
 	if (snap) {
-		walk_snap(s, snap, s->user_sp, snap_len, &pos);
+		walk_snap(s, (struct stack_snap *)s->data, s->user_sp, snap_len, &pos);
 		for (int c = 0; c < EXTRA_CHUNKS; c++) {
 			if (!frame_addr(pos.bp) || pos.n >= MAX_USER_FRAMES || pos.bp < s->user_sp ||
 			    pos.bp - s->user_sp > MAX_STACK_SPAN)
 				break;
-			len = read_chunk(snap, pos.bp);
+			len = read_chunk(snap, pos.bp, STACK_SNAP_BYTES);
 			before = pos.n;
 			walk_snap(s, snap, pos.bp, len, &pos);
 			if (pos.n == before)
@@ -453,7 +510,7 @@ __noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32
  * and returns how many bytes of s hold data. */
 static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, struct user_ctx *u, int kernel)
 {
-	__u64 nu = 0, nk = 0;
+	__u64 nu = 0, nk = 0, fo = window_words(s);
 	long n;
 
 	if (!s->user_ip)
@@ -461,7 +518,7 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 	else if (MODE_USER_64(u->mode))
 		n = walk_user(s, u->snap, u->snap_len) * sizeof(__u64);
 	else /* a 32-bit process: the kernel knows its frame layout */
-		n = bpf_get_stack(ctx, s->frames, MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+		n = bpf_get_stack(ctx, &s->data[fo], MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
 	if (n < 0) {
 		count(CNT_USTACK_ERR);
 		s->user_frames = n;
@@ -470,7 +527,7 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 		s->user_frames = nu;
 	}
 	/* A tick that interrupted user code has no kernel stack to walk. */
-	n = kernel ? bpf_get_stack(ctx, &s->frames[nu], MAX_KERN_FRAMES * sizeof(__u64), 0) : 0;
+	n = kernel ? bpf_get_stack(ctx, &s->data[fo + nu], MAX_KERN_FRAMES * sizeof(__u64), 0) : 0;
 	if (n < 0) {
 		count(CNT_KSTACK_ERR);
 		s->kern_frames = n;
@@ -480,7 +537,7 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 			nk = MAX_KERN_FRAMES;
 		s->kern_frames = nk;
 	}
-	return __builtin_offsetof(struct stack_sample, frames) + (nu + nk) * sizeof(__u64);
+	return __builtin_offsetof(struct stack_sample, data) + (fo + nu + nk) * sizeof(__u64);
 }
 
 SEC("perf_event")

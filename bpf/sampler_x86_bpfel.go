@@ -130,34 +130,33 @@ const (
 )
 
 type SamplerStackSample struct {
-	_           structs.HostLayout
-	KtimeNs     uint64
-	Value       uint64
-	Pid         uint32
-	Tid         uint32
-	Cpu         uint32
-	Kind        uint8
-	CtxSource   uint8
-	State       uint8
-	Flags       uint8
-	Comm        [16]int8
-	TraceId     [16]uint8
-	SpanId      [8]uint8
-	UserIp      uint64
-	UserSp      uint64
-	UserBp      uint64
-	UserLr      uint64
-	UserFrames  int32
-	KernFrames  int32
-	StackTopLen uint32
-	ParentPid   uint32
-	StackTop    [128]uint8
-	Frames      [191]uint64
+	_          structs.HostLayout
+	KtimeNs    uint64
+	Value      uint64
+	Pid        uint32
+	Tid        uint32
+	Cpu        uint32
+	Kind       uint8
+	CtxSource  uint8
+	State      uint8
+	Flags      uint8
+	Comm       [16]int8
+	TraceId    [16]uint8
+	SpanId     [8]uint8
+	UserIp     uint64
+	UserSp     uint64
+	UserBp     uint64
+	UserLr     uint64
+	UserFrames int32
+	KernFrames int32
+	WindowLen  uint32
+	ParentPid  uint32
+	Data       [1215]uint64
 }
 
 type SamplerStackSnap struct {
 	_ structs.HostLayout
-	W [128]uint64
+	W [1024]uint64
 }
 
 type SamplerTlsKind uint32
@@ -188,6 +187,7 @@ const (
 	SamplerMapSampleScratch       = "sample_scratch"
 	SamplerMapSamples             = "samples"
 	SamplerMapSnapScratch         = "snap_scratch"
+	SamplerMapStackWindows        = "stack_windows"
 	SamplerMapTaskTraceContext    = "task_trace_context"
 	SamplerMapTracesCtxV1         = "traces_ctx_v1"
 	SamplerProgOnExec             = "on_exec"
@@ -275,6 +275,7 @@ type SamplerMapSpecs struct {
 	SampleScratch    *ebpf.MapSpec `ebpf:"sample_scratch"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
 	SnapScratch      *ebpf.MapSpec `ebpf:"snap_scratch"`
+	StackWindows     *ebpf.MapSpec `ebpf:"stack_windows"`
 	TaskTraceContext *ebpf.MapSpec `ebpf:"task_trace_context"`
 	TracesCtxV1      *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
 }
@@ -328,6 +329,7 @@ type SamplerMaps struct {
 	SampleScratch    *ebpf.Map `ebpf:"sample_scratch"`
 	Samples          *ebpf.Map `ebpf:"samples"`
 	SnapScratch      *ebpf.Map `ebpf:"snap_scratch"`
+	StackWindows     *ebpf.Map `ebpf:"stack_windows"`
 	TaskTraceContext *ebpf.Map `ebpf:"task_trace_context"`
 	TracesCtxV1      *ebpf.Map `ebpf:"traces_ctx_v1"`
 }
@@ -343,6 +345,7 @@ func (m *SamplerMaps) Close() error {
 		m.SampleScratch,
 		m.Samples,
 		m.SnapScratch,
+		m.StackWindows,
 		m.TaskTraceContext,
 		m.TracesCtxV1,
 	)

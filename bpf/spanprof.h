@@ -6,13 +6,14 @@
 
 #define MAX_USER_FRAMES 127
 #define MAX_KERN_FRAMES 64
-/* Bytes copied from the top of the user stack for leaf-frame recovery.
- * A frameless leaf keeps its locals in the red zone below the stack
- * pointer, so its return address lies above at most its pushed registers;
- * a function in its prologue or epilogue has it at the top. Every byte is
- * written to the ring on every sample: 128 bytes halve what 256 cost and
- * lose only functions reserving 128 to 256 bytes without a frame pointer. */
-#define STACK_TOP_BYTES 128
+/* The window: bytes of the user stack from the stack pointer sent with
+ * every sample, in which user space unwinds frames without a frame pointer
+ * by their CFA rules (internal/unwind, docs/unwinding.md). Every sample
+ * carries the first chunk the frame-pointer walk reads anyway
+ * (STACK_SNAP_BYTES in sampler.bpf.c), read straight into the record; a
+ * process whose stacks were cut by the window gets a larger one, up to
+ * STACK_WINDOW_MAX, from user space (map stack_windows). */
+#define STACK_WINDOW_MAX 8192
 #define TASK_COMM_LEN 16
 
 enum sample_kind {
@@ -130,13 +131,13 @@ struct stack_sample {
 	__u64 user_lr;      /* arm64: x30, the leaf's return address; 0 on x86 */
 	__s32 user_frames;  /* count, or negative errno */
 	__s32 kern_frames;  /* count, or negative errno */
-	__u32 stack_top_len;
+	__u32 window_len;   /* bytes of window in data, a multiple of 8 */
 	__u32 parent_pid;   /* SAMPLE_PRE_EXEC: the parent's tgid, 0 otherwise */
-	__u8 stack_top[STACK_TOP_BYTES];
-	/* user_frames user addresses, then kern_frames kernel addresses.
-	 * The record sent is cut after the last one used: writing the whole
+	/* The window (user memory at [user_sp, user_sp + window_len)), then
+	 * user_frames user addresses, then kern_frames kernel addresses. The
+	 * record sent is cut after the last one used: writing the whole
 	 * struct into the ring cost more than the stack walks. */
-	__u64 frames[MAX_USER_FRAMES + MAX_KERN_FRAMES];
+	__u64 data[STACK_WINDOW_MAX / 8 + MAX_USER_FRAMES + MAX_KERN_FRAMES];
 };
 
 /* Off-CPU sampling clock of one thread (task storage): the time of its

@@ -173,7 +173,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	c := newCollector(f.frequency, log, tracker, watch, sym)
+	c := newCollector(f.frequency, log, tracker, watch, sym, s)
 	stopJIT := sym.jit.Start()
 	defer stopJIT()
 	// Targets named on the command line are inspected before the first
@@ -279,6 +279,10 @@ loop:
 	if st.StacksCut > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples had their user stack cut at a return address in no code mapping (a frame-pointer chain through code built without frame pointers)\n", st.StacksCut)
 	}
+	if st.UnwindCFIFrames > 0 || st.UnwindWindowCut > 0 || st.UnwindNoInfo > 0 || st.UnwindBadRule > 0 || st.UnwindBelowWindow > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers; stacks cut: %d by the stack window (%d windows widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated\n",
+			st.UnwindCFIFrames, st.Samples, st.UnwindWindowCut, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule)
+	}
 	if st.PreExec > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples were taken inside an exec with the image before it still in the registers; %d of them were symbolized against that image (the process as read before the exec, or its parent's)\n",
 			st.PreExec, st.PreExecAttributed)
@@ -294,9 +298,9 @@ loop:
 	return nil
 }
 
-func newCollector(freq int, log *slog.Logger, tracker *proc.Tracker, watch *correlate.Watcher, sym *symbolization) *collect.Collector {
+func newCollector(freq int, log *slog.Logger, tracker *proc.Tracker, watch *correlate.Watcher, sym *symbolization, s *sampler.Sampler) *collect.Collector {
 	opts := collect.Options{Frequency: freq, Logger: log, Tracker: tracker,
-		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
+		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps, StackWindow: s.SetStackWindow}
 	opts.Resource = func(pid uint32) (string, map[string]string) {
 		info, _ := watch.Info(pid)
 		return info.ServiceName, info.Resource

@@ -174,6 +174,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 			return info.ServiceName, info.Resource
 		}
 	}
+	// A sampler widens the stack window of processes whose stacks it cut.
+	if w, ok := src.(interface{ SetStackWindow(pid, bytes uint32) error }); ok {
+		collOpts.StackWindow = w.SetStackWindow
+	}
 	a.collector = collect.New(collOpts)
 	if len(cfg.Processes.Executables) > 0 {
 		a.execs = map[string]bool{}
@@ -200,6 +204,30 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 				Name: "spanprof_user_stacks_cut_total",
 				Help: "Samples whose user stack ended at a return address in no code mapping: the frame-pointer chain went through code built without frame pointers, and the rest was not a stack.",
 			}, func() float64 { return float64(a.collector.Stats().StacksCut) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_cfi_frames_total",
+				Help: "User frames found by their CFA rules (.eh_frame, .debug_frame, Go tables) in the stack window, where the frame-pointer walk skipped or invented callers.",
+			}, func() float64 { return float64(a.collector.Stats().UnwindCFIFrames) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_window_cut_total",
+				Help: "User stacks cut because a frame lay beyond the stack window the kernel copied; the process's window is widened for the next samples (spanprof_stack_windows_widened_total).",
+			}, func() float64 { return float64(a.collector.Stats().UnwindWindowCut) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_below_window_total",
+				Help: "User stacks deeper than the stack window that end at frameless code (usually the C library's frames under main or start_thread) below frames the kernel walked beyond the window.",
+			}, func() float64 { return float64(a.collector.Stats().UnwindBelowWindow) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_no_info_total",
+				Help: "User stacks ending at an address with no unwind rule whose frame pointer the kernel did not walk from: code without .eh_frame or frame pointers.",
+			}, func() float64 { return float64(a.collector.Stats().UnwindNoInfo) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_bad_rule_total",
+				Help: "User stacks ending at a CFA rule the unwinder cannot evaluate (a DWARF expression, the frame pointer in another register).",
+			}, func() float64 { return float64(a.collector.Stats().UnwindBadRule) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_stack_windows_widened_total",
+				Help: "Times a process's stack window was widened after the window cut one of its stacks.",
+			}, func() float64 { return float64(a.collector.Stats().WindowsWidened) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_pids_reused_by_fork_total",
 				Help: "Pids taken by a process that forked without an exec after the pid's process exited; samples after the exit were symbolized against the new process.",

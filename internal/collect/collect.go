@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,15 @@ type LRLeafFixer interface {
 // linkRegister: the samples are arm64's, whose return addresses start in
 // the link register rather than on the stack.
 var linkRegister = runtime.GOARCH == "arm64"
+
+// StackUnwinder is a LeafFixer that unwinds whole user stacks: frames
+// without a frame pointer by their CFA rules in the record's stack window,
+// the others from the kernel's chain, checked frame by frame
+// (unwind.Walk). CFILeafFixer is one; a LeafFixer that is not has only
+// the sampled frame's caller put back.
+type StackUnwinder interface {
+	Unwind(p *proc.Process, r *sampler.Record, dst []uint64) ([]uint64, unwind.Result)
+}
 
 // KernelSymbols resolves kernel addresses to frames of the kernel image or
 // a module (symbolize.Kallsyms).
@@ -67,6 +77,11 @@ type Options struct {
 	// (symbolize.SelfVDSO), unless NoVDSO.
 	VDSO   *symbolize.VDSO
 	NoVDSO bool
+	// StackWindow sets how many bytes of a process's stack the kernel
+	// copies with each sample (sampler.Sampler.SetStackWindow; 0 for the
+	// default): the collector widens the window of a process whose stacks
+	// it cut, and drops it at exit. Nil keeps every window at the default.
+	StackWindow func(pid, bytes uint32) error
 }
 
 // sample is a record kept until the profile is built. Its stack and
@@ -109,8 +124,28 @@ func (n unixNano) time() time.Time {
 
 // Stats counts what the collector saw.
 type Stats struct {
-	Samples        uint64
-	LeafRecovered  uint64
+	Samples uint64
+	// LeafRecovered counts samples whose user stack differs from the
+	// kernel's frame-pointer walk: frames without a frame pointer were
+	// found by their CFA rules (UnwindCFIFrames of them in all).
+	LeafRecovered   uint64
+	UnwindCFIFrames uint64
+	// UnwindWindowCut counts stacks cut because a frame lay beyond the
+	// stack window the kernel copied (STACK_TOP_BYTES); UnwindNoInfo
+	// those ending at an address with no unwind rule (code without
+	// .eh_frame, .debug_frame or Go tables, off the kernel's chain);
+	// UnwindBadRule those ending at a rule the walk cannot evaluate (a
+	// DWARF expression). The frames before the cut are kept; none is
+	// guessed after it.
+	UnwindWindowCut, UnwindNoInfo, UnwindBadRule uint64
+	// UnwindBelowWindow counts stacks deeper than the window whose
+	// frames beyond it are the kernel's, ending at frameless code under
+	// them (unwind.StopBelowWindow): their windows are not widened, since
+	// one holding those frames would hold the whole stack.
+	UnwindBelowWindow uint64
+	// WindowsWidened counts the times a process's window was widened
+	// (Options.StackWindow) after a stack was cut by it.
+	WindowsWidened uint64
 	UserStackEmpty uint64
 	// StacksCut counts samples whose user stack ended at a return address
 	// in no code mapping of a process whose mappings are all known: the
@@ -148,6 +183,8 @@ type Collector struct {
 	imageIDs map[*proc.Process]uint32
 	start    time.Time
 	stats    Stats
+	// windows are the stack windows asked for processes still running.
+	windows map[uint32]uint32
 }
 
 // New returns a Collector.
@@ -180,6 +217,7 @@ func New(opts Options) *Collector {
 // ProcEvent keeps the process table in step with exec and exit.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 	if e.Exit {
+		c.dropWindow(e.PID)
 		if e.Maps != nil {
 			// Libraries and vDSO of a process whose maps were read too
 			// early or never: captured by the kernel as it exited.
@@ -222,8 +260,8 @@ func (c *Collector) Add(r *sampler.Record) {
 			c.log.Debug("process read again after its exec", "pid", r.PID, "mappings", before, "now", len(p.Mappings))
 		}
 	}
-	user, recovered := c.fixLeaf(p, r)
-	if surplus := c.keep(r, user, recovered, orig, img, p.Gen()); surplus != nil {
+	user, res, recovered := c.fixLeaf(p, r)
+	if surplus := c.keep(r, user, res, recovered, orig, img, p.Gen()); surplus != nil {
 		c.opts.Tracker.Unpin(surplus)
 	}
 }
@@ -268,46 +306,110 @@ func imageOf(t *proc.Tracker, pinned []*proc.Process, pid, image uint32) *proc.P
 	return nil
 }
 
-// fixLeaf returns r's user stack with the caller of a frameless leaf put
-// back, when p's code shows where its return address lies.
-func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, recovered bool) {
+// fixLeaf returns r's user stack unwound through code without frame
+// pointers (StackUnwinder), or, with a plain LeafFixer, with the caller of
+// a frameless leaf put back, when p's code shows where its return address
+// lies. res is the walk's result when one ran.
+func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, res *unwind.Result, recovered bool) {
 	user = r.UserStack
 	if c.opts.Leaf == nil || len(user) == 0 || r.UserSP == 0 || len(r.StackTop) == 0 && !linkRegister {
-		return user, false
+		return user, nil, false
+	}
+	if u, ok := c.opts.Leaf.(StackUnwinder); ok && !linkRegister {
+		frames, wr := u.Unwind(p, r, nil)
+		if wr.Stop == unwind.StopWindow {
+			c.widenWindow(r.PID, wr.Needed)
+		}
+		return frames, &wr, wr.CFIFrames > 0 && !slices.Equal(frames, user)
 	}
 	m := p.Find(r.UserIP)
 	if m == nil || m.Anonymous() {
-		return user, false
+		return user, nil, false
 	}
 	var ra uint64
 	var ok bool
 	if linkRegister {
 		lf, isLR := c.opts.Leaf.(LRLeafFixer)
 		if !isLR {
-			return user, false
+			return user, nil, false
 		}
 		ra, ok = lf.RecoverCallerLR(p, m, r.UserIP, r.UserLR)
 	} else {
 		ra, ok = c.opts.Leaf.RecoverCaller(p, m, r.UserIP, r.UserSP, r.StackTop)
 	}
 	if !ok || len(user) >= 2 && user[1] == ra {
-		return user, false
+		return user, nil, false
 	}
 	fixed := make([]uint64, 0, len(user)+1)
 	fixed = append(fixed, user[0], ra)
-	return append(fixed, user[1:]...), true
+	return append(fixed, user[1:]...), nil, true
+}
+
+// widenWindow asks the kernel for a window of pid's stack that holds
+// needed bytes, in powers of two up to sampler.WindowMax: the stacks
+// cut so far stay cut (counted), the next ones have the bytes.
+func (c *Collector) widenWindow(pid uint32, needed uint64) {
+	if c.opts.StackWindow == nil || needed == 0 {
+		return
+	}
+	// Twice what this stack needed: deeper stacks of the same code need
+	// more, and every sample until the kernel has the new size is cut.
+	want := uint32(1024)
+	for uint64(want) < 2*needed && want < sampler.WindowMax {
+		want *= 2
+	}
+	c.mu.Lock()
+	if c.windows[pid] >= want {
+		c.mu.Unlock()
+		return
+	}
+	if c.windows == nil {
+		c.windows = map[uint32]uint32{}
+	}
+	c.windows[pid] = want
+	c.stats.WindowsWidened++
+	c.mu.Unlock()
+	if err := c.opts.StackWindow(pid, want); err != nil {
+		c.log.Warn("widen the stack window", "pid", pid, "bytes", want, "error", err)
+	}
+}
+
+// dropWindow forgets the window of a process that exited.
+func (c *Collector) dropWindow(pid uint32) {
+	c.mu.Lock()
+	_, ok := c.windows[pid]
+	delete(c.windows, pid)
+	c.mu.Unlock()
+	if ok && c.opts.StackWindow != nil {
+		if err := c.opts.StackWindow(pid, 0); err != nil {
+			c.log.Warn("drop the stack window", "pid", pid, "error", err)
+		}
+	}
 }
 
 // keep stores the sample of r with the given user stack, against img when
 // it is pinned (a copy of the tracker's orig), else against the image of
 // its pid that gen names. It returns img when the interval holds a copy of
 // orig already, for the caller to unpin.
-func (c *Collector) keep(r *sampler.Record, user []uint64, recovered bool, orig, img *proc.Process, gen uint32) (surplus *proc.Process) {
+func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, recovered bool, orig, img *proc.Process, gen uint32) (surplus *proc.Process) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Samples++
 	if recovered {
 		c.stats.LeafRecovered++
+	}
+	if res != nil {
+		c.stats.UnwindCFIFrames += uint64(res.CFIFrames)
+		switch res.Stop {
+		case unwind.StopWindow:
+			c.stats.UnwindWindowCut++
+		case unwind.StopBelowWindow:
+			c.stats.UnwindBelowWindow++
+		case unwind.StopNoInfo:
+			c.stats.UnwindNoInfo++
+		case unwind.StopBadRule:
+			c.stats.UnwindBadRule++
+		}
 	}
 	if len(user) == 0 {
 		c.stats.UserStackEmpty++

@@ -2,10 +2,14 @@ package collect
 
 import (
 	"debug/elf"
+	"hash/maphash"
+	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
@@ -22,17 +26,42 @@ import (
 type CFILeafFixer struct {
 	Tables *unwind.Cache
 
-	mu sync.Mutex
+	mu       sync.Mutex
+	seedInit sync.Once
 	// byMapping remembers the segments and identity of each mapped file,
 	// so a new ip or a new process costs map lookups instead of a file
 	// open. It names the table rather than holding it, so that the
 	// tables of binaries gone idle leave memory with Tables' entries.
 	byMapping map[leafKey]leafEntry
-	// rules remembers the rule at each sampled ip of a mapping: samples
-	// repeat a small set of hot ips, and a hit skips the address
-	// translation and the table's two searches.
-	rules map[ruleKey]unwind.Rule
+	// rules remembers the rule at each address unwound through, by file
+	// and file offset (so processes mapping one file share them): samples
+	// repeat a small set of hot addresses, and a hit skips the address
+	// translation and the table's two searches. nrules counts them all.
+	rules  map[leafKey]map[uint64]unwind.Rule
+	nrules int
+	// chains remembers the kernel's chains a walk confirmed as they were
+	// without reading the window (frame pointers all the way), by process
+	// and a hash of the chain: such a walk depends on nothing else, and
+	// in frame-pointer code nearly every walk is one, so a repeat costs a
+	// hash and a comparison instead of a rule lookup per frame.
+	chains map[chainKey]confirmed
+	seed   maphash.Seed
 }
+
+// confirmed is a chain a walk confirmed, and how that walk ended.
+type confirmed struct {
+	chain []uint64
+	stop  unwind.Stop
+}
+
+// chainKey names a confirmed chain of a process.
+type chainKey struct {
+	p    *proc.Process
+	hash uint64
+}
+
+// maxChains bounds chains; past it the map starts afresh.
+const maxChains = 16384
 
 // leafKey names a file: its table and segments serve every process
 // mapping it, wherever the mapping lies (under churn, each process maps the
@@ -40,12 +69,6 @@ type CFILeafFixer struct {
 type leafKey struct {
 	dev   string
 	inode uint64
-}
-
-// ruleKey names a sampled ip of one mapping of a file.
-type ruleKey struct {
-	leafKey
-	start, ip uint64
 }
 
 type leafEntry struct {
@@ -73,19 +96,26 @@ func (f *CFILeafFixer) RecoverCallerLR(p *proc.Process, m *proc.Mapping, ip, lr 
 
 // rule returns the CFA rule at ip, Unknown when there is none.
 func (f *CFILeafFixer) rule(p *proc.Process, m *proc.Mapping, ip uint64) unwind.Rule {
-	k := ruleKey{leafKey{m.Dev, m.Inode}, m.Start, ip}
+	k := leafKey{m.Dev, m.Inode}
 	f.mu.Lock()
-	r, ok := f.rules[k]
+	known := f.rules[k]
+	f.mu.Unlock()
+	return f.ruleIn(p, m, k, known, ip)
+}
+
+// ruleIn is rule with the remembered rules of m's file at hand (nil when
+// there are none yet): a walk looks its file's up once per mapping.
+func (f *CFILeafFixer) ruleIn(p *proc.Process, m *proc.Mapping, k leafKey, known map[uint64]unwind.Rule, ip uint64) unwind.Rule {
+	off := ip - m.Start + m.Offset
+	f.mu.Lock()
+	r, ok := known[off]
 	f.mu.Unlock()
 	if ok {
 		return r
 	}
-	r = f.lookup(p, m, k.leafKey, ip)
+	r = f.lookup(p, m, k, ip)
 	f.mu.Lock()
-	if f.rules == nil || len(f.rules) >= maxRules {
-		f.rules = map[ruleKey]unwind.Rule{}
-	}
-	f.rules[k] = r
+	f.remember(k, off, r)
 	f.mu.Unlock()
 	return r
 }
@@ -174,4 +204,87 @@ func loadSegments(progs []*elf.Prog) []*elf.Prog {
 		}
 	}
 	return out
+}
+
+// maxUserFrames bounds an unwound stack as the kernel's walk is bounded
+// (MAX_USER_FRAMES in bpf/spanprof.h).
+const maxUserFrames = 127
+
+// Unwind implements StackUnwinder: the hybrid walk of unwind.Walk over
+// r's window and the kernel's chain, with the rules of p's mapped files.
+// Anonymous code (JIT, the vDSO) has no rules: there the kernel's chain is
+// followed when the frame pointer is the one it walked from.
+func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) ([]uint64, unwind.Result) {
+	chain := r.UserStack
+	key := chainKey{p, maphash.Bytes(f.seedOnce(), unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(chain))), 8*len(chain)))}
+	f.mu.Lock()
+	if c, ok := f.chains[key]; ok && slices.Equal(c.chain, chain) {
+		f.mu.Unlock()
+		if len(dst) == 0 {
+			return chain, unwind.Result{Stop: c.stop} // no copy: the record's own
+		}
+		return append(dst, chain...), unwind.Result{Stop: c.stop}
+	}
+	// The lock is held through the walk but for the rules not known yet,
+	// whose tables are read without it: a lock per frame cost more than
+	// the rest of the walk.
+	var (
+		m     *proc.Mapping
+		k     leafKey
+		known map[uint64]unwind.Rule
+	)
+	lookup := func(pc uint64) unwind.Rule {
+		if m == nil || pc < m.Start || pc >= m.End {
+			if m = p.Find(pc); m == nil {
+				return unwind.Rule{}
+			}
+			k = leafKey{m.Dev, m.Inode}
+			known = f.rules[k]
+		}
+		if m.Anonymous() {
+			return unwind.Rule{}
+		}
+		off := pc - m.Start + m.Offset
+		if r, ok := known[off]; ok {
+			return r
+		}
+		f.mu.Unlock()
+		r := f.lookup(p, m, k, pc)
+		f.mu.Lock()
+		known = f.remember(k, off, r)
+		return r
+	}
+	s := unwind.Stack{IP: r.UserIP, SP: r.UserSP, FP: r.UserBP, Window: r.StackTop, Chain: chain}
+	frames, res := unwind.Walk(s, lookup, dst, maxUserFrames)
+	if res.Needed == 0 && (res.Stop == unwind.StopChainEnd || res.Stop == unwind.StopOutermost) && slices.Equal(frames[len(dst):], chain) {
+		if f.chains == nil || len(f.chains) >= maxChains {
+			f.chains = map[chainKey]confirmed{}
+		}
+		f.chains[key] = confirmed{slices.Clone(chain), res.Stop}
+	}
+	f.mu.Unlock()
+	return frames, res
+}
+
+func (f *CFILeafFixer) seedOnce() maphash.Seed {
+	f.seedInit.Do(func() { f.seed = maphash.MakeSeed() })
+	return f.seed
+}
+
+// remember stores the rule at a file offset and returns the file's rules.
+// Callers hold f.mu.
+func (f *CFILeafFixer) remember(k leafKey, off uint64, r unwind.Rule) map[uint64]unwind.Rule {
+	if f.rules == nil || f.nrules >= maxRules {
+		f.rules, f.nrules = map[leafKey]map[uint64]unwind.Rule{}, 0
+	}
+	fr := f.rules[k]
+	if fr == nil {
+		fr = map[uint64]unwind.Rule{}
+		f.rules[k] = fr
+	}
+	if _, ok := fr[off]; !ok {
+		fr[off] = r
+		f.nrules++
+	}
+	return fr
 }

@@ -109,8 +109,8 @@ func (fp *fakeProcs) write(pid uint32, before bool) {
 // is symbolized against the process's image of the report.
 func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
-	caller := uint64(reflect.ValueOf(callerMarker).Pointer()) + 8
-	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
+	caller := bodyReturn(t, callerMarker)
+	outer := bodyReturn(t, outerMarker)
 	top := make([]byte, 64)
 	binary.LittleEndian.PutUint64(top, caller)
 	const (

@@ -29,7 +29,10 @@ type Record struct {
 	UserIP, UserSP, UserBP uint64
 	// UserLR is the link register (x30) on arm64, where a leaf keeps its
 	// return address; 0 on x86-64.
-	UserLR   uint64
+	UserLR uint64
+	// StackTop is the window: user memory from UserSP up, as the kernel
+	// copied it (bpf/spanprof.h, STACK_WINDOW_MAX), for the unwinding of
+	// code without frame pointers.
 	StackTop []byte
 	// UserStack and KernStack are leaf first, as the kernel returns them.
 	UserStack, KernStack []uint64
@@ -70,10 +73,22 @@ const recordTagged = 1 << 63
 var (
 	sampleSize = int(unsafe.Sizeof(bpf.SamplerStackSample{}))
 	procSize   = int(unsafe.Sizeof(bpf.SamplerProcLifecycle{}))
-	// headerSize is where the frames start: records are cut after the last
-	// frame used.
-	headerSize = int(unsafe.Offsetof(bpf.SamplerStackSample{}.Frames))
+	// headerSize is where the window and then the frames start: records
+	// are cut after the last frame used.
+	headerSize = int(unsafe.Offsetof(bpf.SamplerStackSample{}.Data))
 )
+
+// Bounds of a record's data (bpf/spanprof.h): the window, then the
+// frames.
+const (
+	WindowMax     = 8192 // STACK_WINDOW_MAX
+	maxUserFrames = 127  // MAX_USER_FRAMES
+	maxKernFrames = 64   // MAX_KERN_FRAMES
+)
+
+// The data field holds the largest window and every frame; a change of
+// the C constants shows here at compile time.
+var _ [0]struct{} = [len(bpf.SamplerStackSample{}.Data) - (WindowMax/8 + maxUserFrames + maxKernFrames)]struct{}{}
 
 // decoder turns raw ring-buffer bytes into Records and ProcEvents. It
 // belongs to one reader goroutine.
@@ -89,12 +104,6 @@ const maxComms = 4096
 
 func newDecoder(conv *clock.Converter) *decoder {
 	return &decoder{conv: conv, comms: map[[16]int8]string{}}
-}
-
-// recordAlloc holds a Record and its stack-top bytes in one allocation.
-type recordAlloc struct {
-	Record
-	top [len(bpf.SamplerStackSample{}.StackTop)]byte
 }
 
 // decode turns raw ring-buffer bytes into a Record or a ProcEvent. The
@@ -121,15 +130,19 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	if len(raw) < headerSize || len(raw) > sampleSize || (len(raw)-headerSize)%8 != 0 {
 		return nil, nil, fmt.Errorf("decode record: unexpected size %d", len(raw))
 	}
-	var s bpf.SamplerStackSample // header only; Frames stay zero
+	var s bpf.SamplerStackSample // header only; Data stays zero
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&s)), headerSize), raw)
-	used := (len(raw) - headerSize) / 8
+	wl := int(s.WindowLen)
+	if wl%8 != 0 || wl > WindowMax || headerSize+wl > len(raw) {
+		return nil, nil, fmt.Errorf("decode record: window of %d bytes in a record of %d", wl, len(raw))
+	}
+	used := (len(raw) - headerSize - wl) / 8
 	nu := max(int(s.UserFrames), 0)
 	nk := max(int(s.KernFrames), 0)
 	if nu+nk > used {
 		return nil, nil, fmt.Errorf("decode record: %d+%d frames in a record holding %d", nu, nk, used)
 	}
-	a := &recordAlloc{Record: Record{
+	r := &Record{
 		Kind:      profile.Kind(s.Kind),
 		PID:       s.Pid,
 		TID:       s.Tid,
@@ -145,15 +158,11 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 		UserLR:    s.UserLr,
 		PreExec:   s.Flags&uint8(bpf.SamplerSampleFlagSAMPLE_PRE_EXEC) != 0,
 		ParentPID: s.ParentPid,
-	}}
-	r := &a.Record
+	}
 	r.Time = d.conv.Time(r.KTime)
 	if r.CtxSource != bpf.SamplerCtxSourceCTX_NONE {
 		r.Link.TraceID = s.TraceId
 		r.Link.SpanID = s.SpanId
-	}
-	if n := int(s.StackTopLen); n > 0 && n <= len(s.StackTop) {
-		r.StackTop = a.top[:copy(a.top[:], s.StackTop[:n])]
 	}
 	if s.UserFrames < 0 {
 		r.UserErr = -s.UserFrames
@@ -161,16 +170,21 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	if s.KernFrames < 0 {
 		r.KernErr = -s.KernFrames
 	}
-	if nu+nk > 0 {
-		all := make([]uint64, nu+nk)
-		for i := range all {
-			all[i] = binary.LittleEndian.Uint64(raw[headerSize+8*i:])
+	if nu+nk+wl > 0 {
+		all := make([]uint64, nu+nk+wl/8)
+		at := headerSize + wl
+		for i := range nu + nk {
+			all[i] = binary.LittleEndian.Uint64(raw[at+8*i:])
 		}
 		if nu > 0 {
 			r.UserStack = all[:nu:nu]
 		}
 		if nk > 0 {
-			r.KernStack = all[nu:]
+			r.KernStack = all[nu : nu+nk : nu+nk]
+		}
+		if wl > 0 {
+			w := unsafe.Slice((*byte)(unsafe.Pointer(&all[nu+nk])), wl)
+			r.StackTop = w[:copy(w, raw[headerSize:at]):wl]
 		}
 	}
 	return r, nil, nil

@@ -19,12 +19,13 @@ func rawSample(user, kern int) []byte {
 	s.CtxSource = 1
 	s.TraceId[0], s.SpanId[0] = 1, 2
 	s.UserIp, s.UserSp, s.UserBp = 0x401000, 0x7ffd0000, 0x7ffd0040
-	s.StackTopLen = uint32(len(s.StackTop))
+	s.WindowLen = 1024 // the first chunk, which every sample carries
+	fo := int(s.WindowLen / 8)
 	for i := range user {
-		s.Frames[i] = 0x401000 + uint64(i)*0x40
+		s.Data[fo+i] = 0x401000 + uint64(i)*0x40
 	}
 	for i := range kern {
-		s.Frames[user+i] = 0xffffffff81000000 + uint64(i)*0x40
+		s.Data[fo+user+i] = 0xffffffff81000000 + uint64(i)*0x40
 	}
 	s.UserFrames, s.KernFrames = int32(user), int32(kern)
 	return encode(&s, user, kern)

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"encoding/binary"
 	"testing"
 	"unsafe"
 
@@ -9,10 +10,15 @@ import (
 )
 
 // encode builds ring-buffer bytes as the programs do: the struct cut after
-// the frames used.
+// the window and the frames used.
 func encode(s *bpf.SamplerStackSample, nu, nk int) []byte {
 	all := unsafe.Slice((*byte)(unsafe.Pointer(s)), sampleSize)
-	return append([]byte(nil), all[:headerSize+8*(nu+nk)]...)
+	return append([]byte(nil), all[:headerSize+int(s.WindowLen)+8*(nu+nk)]...)
+}
+
+// setFrames puts frames after s's window, as the programs do.
+func setFrames(s *bpf.SamplerStackSample, frames []uint64) {
+	copy(s.Data[s.WindowLen/8:], frames)
 }
 
 func TestDecodeCompactRecord(t *testing.T) {
@@ -20,10 +26,11 @@ func TestDecodeCompactRecord(t *testing.T) {
 	var s bpf.SamplerStackSample
 	s.Pid, s.Tid, s.Kind, s.Value = 10, 11, 0, 1
 	s.UserFrames, s.KernFrames = 3, 2
-	copy(s.Frames[:], []uint64{0x401000, 0x401100, 0x401200, 0xffffffff81000000, 0xffffffff81000100})
+	s.WindowLen = 16
+	s.Data[0], s.Data[1] = 0x1111, 0x2222
+	setFrames(&s, []uint64{0x401000, 0x401100, 0x401200, 0xffffffff81000000, 0xffffffff81000100})
 	s.CtxSource = uint8(bpf.SamplerCtxSourceCTX_THREAD)
 	s.TraceId[0], s.SpanId[7] = 0xab, 0xcd
-	s.StackTopLen = 16
 	d := newDecoder(conv)
 	r, pe, err := d.decode(encode(&s, 3, 2))
 	if err != nil || pe != nil {
@@ -32,8 +39,9 @@ func TestDecodeCompactRecord(t *testing.T) {
 	if len(r.UserStack) != 3 || r.UserStack[2] != 0x401200 || len(r.KernStack) != 2 || r.KernStack[1] != 0xffffffff81000100 {
 		t.Fatalf("stacks user %x kernel %x", r.UserStack, r.KernStack)
 	}
-	if r.Link.TraceID[0] != 0xab || r.Link.SpanID[7] != 0xcd || len(r.StackTop) != 16 {
-		t.Fatalf("link %+v, stack top %d bytes", r.Link, len(r.StackTop))
+	if r.Link.TraceID[0] != 0xab || r.Link.SpanID[7] != 0xcd || len(r.StackTop) != 16 ||
+		binary.LittleEndian.Uint64(r.StackTop[8:]) != 0x2222 {
+		t.Fatalf("link %+v, window %x", r.Link, r.StackTop)
 	}
 	if r.PreExec || r.ParentPID != 0 {
 		t.Fatalf("plain sample decoded as pre-exec (parent %d)", r.ParentPID)
@@ -51,6 +59,7 @@ func TestDecodeCompactRecord(t *testing.T) {
 		{"frames beyond the record", encode(&s, 3, 1)},
 		{"short", make([]byte, headerSize-8)},
 		{"not whole frames", append(encode(&s, 3, 2), 1, 2, 3)},
+		{"window beyond the record", encode(&s, 0, 0)[:headerSize+8]},
 	}
 	for _, tt := range tests {
 		if _, _, err := d.decode(tt.raw); err == nil {
@@ -74,15 +83,17 @@ func TestDecodeEverySampleSize(t *testing.T) {
 	d := newDecoder(clock.NewConverter())
 	var s bpf.SamplerStackSample
 	s.KtimeNs, s.Value, s.Pid, s.Tid = 123456789, 1, 10, 11
-	for i := range s.Frames {
-		s.Frames[i] = 0x401000 + uint64(i)
+	s.WindowLen = WindowMax // the largest window, then every frame
+	frames := s.Data[WindowMax/8:]
+	for i := range frames {
+		frames[i] = 0x401000 + uint64(i)
 	}
-	for n := 0; n <= len(s.Frames); n++ {
+	for n := 0; n <= len(frames); n++ {
 		nu := min(n, 127)
 		s.UserFrames, s.KernFrames = int32(nu), int32(n-nu)
 		r, pe, err := d.decode(encode(&s, nu, n-nu))
 		if err != nil || pe != nil || r == nil || r.PID != 10 || len(r.UserStack)+len(r.KernStack) != n {
-			t.Fatalf("sample of %d frames (%d bytes): record %v, process event %+v, err %v", n, headerSize+8*n, r, pe, err)
+			t.Fatalf("sample of %d frames (%d bytes): record %v, process event %+v, err %v", n, headerSize+WindowMax+8*n, r, pe, err)
 		}
 	}
 }

@@ -334,6 +334,20 @@ func (s *Sampler) SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error {
 	return s.objs.ProcConfigs.Put(pid, cfg)
 }
 
+// SetStackWindow makes the programs copy bytes of pid's stack from the
+// stack pointer with every sample (at most WindowMax; the first 1 KiB is
+// copied for every process); 0 goes back to the first 1 KiB only.
+func (s *Sampler) SetStackWindow(pid, bytes uint32) error {
+	if bytes == 0 {
+		err := s.objs.StackWindows.Delete(pid)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return err
+	}
+	return s.objs.StackWindows.Put(pid, min(bytes, WindowMax))
+}
+
 // DeleteProcConfig forgets pid's configuration.
 func (s *Sampler) DeleteProcConfig(pid uint32) error {
 	err := s.objs.ProcConfigs.Delete(pid)

@@ -32,3 +32,37 @@ func BenchmarkOpenTableLibc(b *testing.B) {
 		openTable(b, libc)
 	}
 }
+
+// BenchmarkWalk is a walk's own cost, rules at hand: a qsort-like stack
+// (a comparator called back from frameless code) under 20 frames of
+// frame-pointer code, and the same stack with frame pointers all the way.
+func BenchmarkWalk(b *testing.B) {
+	build := func(frameless bool) Stack {
+		st := newStack()
+		bp := st.fpFrame(ret(fnStart), 0)
+		for range 20 {
+			bp = st.fpFrame(ret(fnMain), bp)
+		}
+		if frameless {
+			st.push(ret(fnMain))
+			st.push(1)
+			st.push(2)
+			st.push(3)
+			bp = st.fpFrame(ret(fnQsort), bp)
+		}
+		ip := uint64(fnCmp + 0x30)
+		return Stack{IP: ip, SP: st.sp, FP: bp, Window: st.window(st.sp, 1024), Chain: st.kernelChain(ip, bp)}
+	}
+	for _, tt := range []struct {
+		name      string
+		frameless bool
+	}{{"frame-pointers", false}, {"qsort-callback", true}} {
+		s := build(tt.frameless)
+		dst := make([]uint64, 0, 128)
+		b.Run(tt.name, func(b *testing.B) {
+			for b.Loop() {
+				Walk(s, synthetic.lookup, dst[:0], 127)
+			}
+		})
+	}
+}

@@ -37,7 +37,7 @@ func TestScanMatchesHdr(t *testing.T) {
 		t.Skipf("no %s: %v", libc, err)
 	}
 	defer f.Close()
-	withHdr, err := loadFrameSection(f, false)
+	withHdr, err := loadFrameSection(f, AMD64, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,17 +9,6 @@ import (
 // errCFI wraps malformed call-frame information.
 var errCFI = errors.New("malformed call frame information")
 
-// DWARF register numbers of x86-64, and of AArch64's sp and frame
-// pointer (x29). Neither architecture's CFA is ever based on the other's
-// numbers (x86-64's 29 and 31 are xmm registers, AArch64's 6 and 7 argument
-// registers), so one table serves both.
-const (
-	regRBP   = 6
-	regRSP   = 7
-	regA64FP = 29
-	regA64SP = 31
-)
-
 // Pointer encodings (DW_EH_PE_*) of .eh_frame.
 const (
 	peAbsptr  = 0x00
@@ -198,23 +187,50 @@ func parseCIE(r *reader, debugFrame bool) (*cie, error) {
 	return c, r.err
 }
 
-// state is the part of a CFI row spanprof needs: the CFA rule.
+// state is the part of a CFI row spanprof needs: the CFA rule, where the
+// caller's frame pointer is, and whether the return address is
+// undefined.
 type state struct {
-	reg    uint64
-	offset int64
-	expr   bool
+	reg     uint64
+	offset  int64
+	expr    bool
+	fp      FPSave
+	fpOff   int64
+	raUndef bool
+	// plt is the PLT rule's threshold (pltExpression), 0 for none.
+	plt uint8
 }
 
-func (s state) rule() Rule {
+func (s state) rule(a Arch) Rule {
+	var r Rule
 	switch {
 	case s.expr:
-		return Rule{}
-	case s.reg == regRSP || s.reg == regA64SP:
-		return Rule{Kind: SPOffset, Offset: s.offset}
-	case s.reg == regRBP || s.reg == regA64FP:
-		return Rule{Kind: FPOffset, Offset: s.offset}
+	case s.reg == a.SP:
+		r = Rule{Kind: SPOffset, Offset: s.offset, plt: s.plt}
+	case s.reg == a.FP:
+		r = Rule{Kind: FPOffset, Offset: s.offset}
 	}
-	return Rule{}
+	r.FP, r.Outermost = s.fp, s.raUndef
+	if s.fp == FPAtCFA {
+		r.FPOffset = s.fpOff
+	}
+	return r
+}
+
+// setReg applies a register rule: only the frame pointer's and the return
+// address's matter to the walk. how is FPAtCFA (at CFA+off), FPSame
+// (same_value, restore to a CIE without a rule) or FPLost (any other
+// rule); undefined marks the return address undefined.
+func (s *state) setReg(a Arch, reg uint64, how FPSave, off int64, undefined bool) {
+	switch reg {
+	case a.FP:
+		s.fp, s.fpOff = how, off
+		if how != FPAtCFA {
+			s.fpOff = 0
+		}
+	case a.RA:
+		s.raUndef = undefined
+	}
 }
 
 // row is the rule from pc up to the next row's pc.
@@ -224,17 +240,27 @@ type row struct {
 }
 
 // execute runs the CIE's initial instructions and then the FDE's, and
-// returns the rows of the function starting at start. Only the CFA is
-// tracked: register rules do not change where the return address is.
-func execute(c *cie, fdeInsns []byte, start uint64) ([]row, error) {
+// returns the rows of the function starting at start. It tracks the CFA,
+// the frame pointer's rule and whether the return address is undefined;
+// other registers do not change where the caller's frame lies.
+func execute(a Arch, c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 	var (
-		cur   state
-		stack []state
-		pc    = start
-		rows  []row
+		cur     state
+		initial state // after the CIE's instructions, for DW_CFA_restore
+		stack   []state
+		pc      = start
+		rows    []row
 	)
+	restore := func(reg uint64) {
+		switch reg {
+		case a.FP:
+			cur.fp, cur.fpOff = initial.fp, initial.fpOff
+		case a.RA:
+			cur.raUndef = initial.raUndef
+		}
+	}
 	emit := func() {
-		r := cur.rule()
+		r := cur.rule(a)
 		if n := len(rows); n > 0 && rows[n-1].pc == pc {
 			rows[n-1].rule = r
 			return
@@ -254,9 +280,12 @@ func execute(c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 				emit()
 				continue
 			case 2: // DW_CFA_offset
-				r.uleb()
+				cur.setReg(a, uint64(op&0x3f), FPAtCFA, int64(r.uleb())*c.dataAlign, false)
+				emit()
 				continue
 			case 3: // DW_CFA_restore
+				restore(uint64(op & 0x3f))
+				emit()
 				continue
 			}
 			switch op {
@@ -273,10 +302,29 @@ func execute(c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 			case 0x04:
 				pc += uint64(r.u32()) * c.codeAlign
 				emit()
-			case 0x05, 0x09, 0x14, 0x2f: // offset_extended, register, val_offset, GNU_negative_offset_extended
+			case 0x05: // offset_extended
+				reg := r.uleb()
+				cur.setReg(a, reg, FPAtCFA, int64(r.uleb())*c.dataAlign, false)
+				emit()
+			case 0x09, 0x14: // register, val_offset
+				reg := r.uleb()
 				r.uleb()
-				r.uleb()
-			case 0x06, 0x07, 0x08, 0x2e: // restore_extended, undefined, same_value, GNU_args_size
+				cur.setReg(a, reg, FPLost, 0, false)
+				emit()
+			case 0x2f: // GNU_negative_offset_extended
+				reg := r.uleb()
+				cur.setReg(a, reg, FPAtCFA, -int64(r.uleb())*c.dataAlign, false)
+				emit()
+			case 0x06: // restore_extended
+				restore(r.uleb())
+				emit()
+			case 0x07: // undefined
+				cur.setReg(a, r.uleb(), FPLost, 0, true)
+				emit()
+			case 0x08: // same_value
+				cur.setReg(a, r.uleb(), FPSame, 0, false)
+				emit()
+			case 0x2e: // GNU_args_size
 				r.uleb()
 			case 0x0a: // remember_state
 				stack = append(stack, cur)
@@ -288,26 +336,37 @@ func execute(c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 				stack = stack[:len(stack)-1]
 				emit()
 			case 0x0c: // def_cfa
-				cur = state{reg: r.uleb(), offset: int64(r.uleb())}
+				cur.reg, cur.offset, cur.expr, cur.plt = r.uleb(), int64(r.uleb()), false, 0
 				emit()
 			case 0x0d: // def_cfa_register
-				cur.reg, cur.expr = r.uleb(), false
+				cur.reg, cur.expr, cur.plt = r.uleb(), false, 0
 				emit()
 			case 0x0e: // def_cfa_offset
 				cur.offset = int64(r.uleb())
 				emit()
 			case 0x0f: // def_cfa_expression
-				r.bytes(int(r.uleb()))
-				cur.expr = true
+				e := r.bytes(int(r.uleb()))
+				cur.expr, cur.plt = true, 0
+				if off, k, ok := pltExpression(a, e); ok {
+					cur.reg, cur.offset, cur.expr, cur.plt = a.SP, off, false, k
+				}
 				emit()
 			case 0x10, 0x16: // expression, val_expression
-				r.uleb()
+				reg := r.uleb()
 				r.bytes(int(r.uleb()))
-			case 0x11, 0x15: // offset_extended_sf, val_offset_sf
-				r.uleb()
+				cur.setReg(a, reg, FPLost, 0, false)
+				emit()
+			case 0x11: // offset_extended_sf
+				reg := r.uleb()
+				cur.setReg(a, reg, FPAtCFA, r.sleb()*c.dataAlign, false)
+				emit()
+			case 0x15: // val_offset_sf
+				reg := r.uleb()
 				r.sleb()
+				cur.setReg(a, reg, FPLost, 0, false)
+				emit()
 			case 0x12: // def_cfa_sf
-				cur = state{reg: r.uleb(), offset: r.sleb() * c.dataAlign}
+				cur.reg, cur.offset, cur.expr, cur.plt = r.uleb(), r.sleb()*c.dataAlign, false, 0
 				emit()
 			case 0x13: // def_cfa_offset_sf
 				cur.offset = r.sleb() * c.dataAlign
@@ -321,6 +380,7 @@ func execute(c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 	if err := run(c.initial); err != nil {
 		return nil, fmt.Errorf("run CIE instructions: %w", err)
 	}
+	initial = cur
 	pc = start
 	rows = rows[:0]
 	emit()
@@ -328,4 +388,41 @@ func execute(c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 		return nil, fmt.Errorf("run FDE instructions: %w", err)
 	}
 	return rows, nil
+}
+
+// pltExpression recognizes the CFA expression linkers write for a lazy
+// PLT, whose 16-byte entries push one word from their 11th (or 10th)
+// byte on:
+//
+//	DW_OP_breg7 (rsp) N; DW_OP_breg16 (rip) 0; DW_OP_lit15; DW_OP_and;
+//	DW_OP_litK; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus
+//
+// which is CFA = rsp + N + 8 * ((rip & 15) >= K). It returns N and K.
+// A sample in a PLT stub (every call into a shared library passes one)
+// would otherwise lose the caller.
+func pltExpression(a Arch, e []byte) (offset int64, k uint8, ok bool) {
+	const (
+		opBreg0 = 0x70
+		opLit0  = 0x30
+		opAnd   = 0x1a
+		opGe    = 0x2a
+		opShl   = 0x24
+		opPlus  = 0x22
+	)
+	r := &reader{b: e}
+	if r.u8() != opBreg0+uint8(a.SP) {
+		return 0, 0, false
+	}
+	offset = r.sleb()
+	if r.u8() != opBreg0+uint8(a.RA) || r.sleb() != 0 || r.u8() != opLit0+15 || r.u8() != opAnd {
+		return 0, 0, false
+	}
+	lit := r.u8()
+	if lit < opLit0+1 || lit > opLit0+15 {
+		return 0, 0, false
+	}
+	if r.u8() != opGe || r.u8() != opLit0+3 || r.u8() != opShl || r.u8() != opPlus || r.err != nil || r.off != len(e) {
+		return 0, 0, false
+	}
+	return offset, lit - opLit0, true
 }

@@ -14,6 +14,7 @@ type frameSection struct {
 	data  []byte
 	addr  uint64 // virtual address of data[0]; 0 for .debug_frame
 	debug bool   // .debug_frame layout (absolute CIE offsets and addresses)
+	arch  Arch   // register numbers of the file's machine
 
 	// hdr is the binary-search table of .eh_frame_hdr when it is usable:
 	// pairs of sdata4 (initial pc, FDE address) relative to hdrAddr.
@@ -33,8 +34,8 @@ type fdeRef struct {
 }
 
 // loadFrameSection reads name ("eh_frame" or "debug_frame") from f, or
-// returns nil when f has no such section.
-func loadFrameSection(f *elf.File, debug bool) (*frameSection, error) {
+// returns nil when f has no such section. a numbers f's registers.
+func loadFrameSection(f *elf.File, a Arch, debug bool) (*frameSection, error) {
 	name := ".eh_frame"
 	if debug {
 		name = ".debug_frame"
@@ -47,7 +48,7 @@ func loadFrameSection(f *elf.File, debug bool) (*frameSection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	fs := &frameSection{data: data, debug: debug, cies: map[int]*cie{}}
+	fs := &frameSection{data: data, debug: debug, arch: a, cies: map[int]*cie{}}
 	if !debug {
 		fs.addr = s.Addr
 		if h := f.Section(".eh_frame_hdr"); h != nil {
@@ -246,7 +247,7 @@ func (fs *frameSection) rows(pc uint64) (start uint64, rows []row, ok bool, err 
 	if err != nil {
 		return 0, nil, false, err
 	}
-	rows, err = execute(c, insns, start)
+	rows, err = execute(fs.arch, c, insns, start)
 	if err != nil {
 		return 0, nil, false, err
 	}

@@ -8,8 +8,13 @@ import (
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
-// goFuncFlagAsm marks assembly functions (abi.FuncFlagAsm, Go 1.21+).
-const goFuncFlagAsm = 1 << 2
+// goFuncFlagAsm marks assembly functions (abi.FuncFlagAsm, Go 1.21+);
+// goFuncFlagTopFrame the outermost frame of a stack (runtime.goexit,
+// mstart, rt0_go: abi.FuncFlagTopFrame), where a walk ends.
+const (
+	goFuncFlagTopFrame = 1 << 0
+	goFuncFlagAsm      = 1 << 2
+)
 
 // goFrames reads SP deltas from a Go 1.18+ pclntab: Go binaries have no
 // .eh_frame, and their .debug_frame (gone with -w) only ever says
@@ -84,13 +89,15 @@ func (g *goFrames) rows(pc uint64) (start uint64, rows []row, ok bool, err error
 	end := g.textStart + entryOff(i+1)
 	pcsp := uint64(binary.LittleEndian.Uint32(fn[16:]))
 	asm := fn[g.flagOff]&goFuncFlagAsm != 0
+	top := fn[g.flagOff]&goFuncFlagTopFrame != 0
 	if pcsp == 0 || pcsp >= uint64(len(g.pctab)) {
-		return start, []row{{pc: start, rule: Rule{Kind: SPOffset, Offset: 8}}, {pc: end}}, true, nil
+		return start, []row{{pc: start, rule: Rule{Kind: SPOffset, Offset: 8, Outermost: top}}, {pc: end}}, true, nil
 	}
 	r := &reader{b: g.pctab, off: int(pcsp)}
 	val, cur, prev := int64(-1), start, int64(-1)
 	sawPush := false
 	add := func(pc uint64, rule Rule) {
+		rule.Outermost = top
 		if n := len(rows); n > 0 && rows[n-1].rule == rule {
 			return
 		}
@@ -115,14 +122,16 @@ func (g *goFrames) rows(pc uint64) (start uint64, rows []row, ok bool, err error
 			add(cur, Rule{Kind: SPOffset, Offset: 8})
 		case val == 8 && prev == 0 && !sawPush:
 			sawPush = true
-			add(cur, Rule{Kind: SPOffset, Offset: 16})
+			// PUSHQ BP, then MOVQ SP, BP: the caller's frame pointer
+			// is saved at CFA-16 from here on.
+			add(cur, Rule{Kind: SPOffset, Offset: 16, FP: FPAtCFA, FPOffset: -16})
 			if next > cur+3 {
-				add(cur+3, Rule{Kind: FPOffset, Offset: 16})
+				add(cur+3, Rule{Kind: FPOffset, Offset: 16, FP: FPAtCFA, FPOffset: -16})
 			}
 		case asm:
 			add(cur, Rule{})
 		default:
-			add(cur, Rule{Kind: FPOffset, Offset: 16})
+			add(cur, Rule{Kind: FPOffset, Offset: 16, FP: FPAtCFA, FPOffset: -16})
 		}
 		prev, cur = val, next
 		if cur >= end {

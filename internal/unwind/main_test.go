@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,11 +54,15 @@ func nmSymbols(t testing.TB, path string, dynamic bool) map[string]uint64 {
 	return syms
 }
 
-// readelfRow is one row of readelf --debug-dump=frames-interp.
+// readelfRow is one row of readelf --debug-dump=frames-interp: the CFA
+// in rule, and where the caller's rbp is and whether the return address
+// is undefined in full.
 type readelfRow struct {
 	section string
 	pc      uint64
 	rule    Rule
+	full    Rule
+	expr    bool // the CFA is a DWARF expression ("exp")
 }
 
 // readelfRules is the ground truth for CFA rules.
@@ -71,6 +76,7 @@ func readelfRules(t testing.TB, path string) []readelfRow {
 	var rows []readelfRow
 	section := ""
 	inFDE := false
+	var cols []string // the columns of the FDE's table, from its LOC line
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		line := sc.Text()
@@ -90,11 +96,39 @@ func readelfRules(t testing.TB, path string) []readelfRow {
 		if !inFDE || len(f) < 2 {
 			continue
 		}
+		if f[0] == "LOC" {
+			cols = f
+			continue
+		}
 		pc, err := strconv.ParseUint(f[0], 16, 64)
 		if err != nil {
 			continue
 		}
-		rows = append(rows, readelfRow{section: section, pc: pc, rule: parseReadelfCFA(f[1])})
+		// A register rule reads "r10 (r10)": one column.
+		f = slices.DeleteFunc(f, func(v string) bool { return strings.HasPrefix(v, "(") })
+		cfa := parseReadelfCFA(f[1])
+		full := cfa
+		for i := 2; i < len(f) && i < len(cols); i++ {
+			switch v := f[i]; cols[i] {
+			case "rbp":
+				// u: no rule, which for a callee-saved register is the
+				// caller's value; s: same_value.
+				switch {
+				case v == "u" || v == "s":
+				case strings.HasPrefix(v, "c"):
+					n, err := strconv.ParseInt(v[1:], 10, 64)
+					if err != nil {
+						t.Fatalf("readelf rbp column %q", v)
+					}
+					full.FP, full.FPOffset = FPAtCFA, n
+				default:
+					full.FP = FPLost
+				}
+			case "ra":
+				full.Outermost = v == "u"
+			}
+		}
+		rows = append(rows, readelfRow{section: section, pc: pc, rule: cfa, full: full, expr: f[1] == "exp"})
 	}
 	return rows
 }

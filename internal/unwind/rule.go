@@ -30,13 +30,53 @@ const (
 	FPOffset
 )
 
-// Rule is the CFA rule at one address.
+// FPSave says where the caller's frame pointer is while a function runs.
+type FPSave uint8
+
+const (
+	// FPSame: the register still holds the caller's value (DWARF's
+	// default for a callee-saved register, and same_value).
+	FPSame FPSave = iota
+	// FPAtCFA: saved in the word at CFA+Rule.FPOffset (DW_CFA_offset).
+	FPAtCFA
+	// FPLost: in another register or behind an expression; the walk
+	// cannot restore it.
+	FPLost
+)
+
+// Rule is the unwind rule at one address: how the CFA is computed, where
+// the caller's frame pointer is, and whether this is the outermost frame.
 type Rule struct {
 	Kind   Kind
 	Offset int64
+	// FP and FPOffset say where the caller's frame pointer is.
+	FP       FPSave
+	FPOffset int64
+	// Outermost: the return address is undefined (DW_CFA_undefined of
+	// the return-address column), which marks the first frame of a stack
+	// (_start, the child side of clone3): the walk ends there cleanly.
+	Outermost bool
+	// plt, in a table's rows, is the threshold of a PLT's CFA expression
+	// (pltExpression); RuleAt resolves it at the address asked.
+	plt uint8
+}
+
+// at resolves a row's rule at pc: a PLT's CFA is one word higher from the
+// entry's plt-th byte on (entries are 16 bytes, and their offset in the
+// mapping keeps the address's low bits).
+func (r Rule) at(pc uint64) Rule {
+	if r.plt != 0 {
+		if pc&15 >= uint64(r.plt) {
+			r.Offset += 8
+		}
+		r.plt = 0
+	}
+	return r
 }
 
 // String renders the rule the way readelf --debug-dump=frames-interp does.
+// Only the CFA is rendered: the other fields have columns of their own
+// there.
 func (r Rule) String() string {
 	switch r.Kind {
 	case SPOffset:
@@ -46,6 +86,10 @@ func (r Rule) String() string {
 	}
 	return "unknown"
 }
+
+// CFA returns the rule of the CFA alone, as the leaf fix-up and the
+// readelf comparison see it.
+func (r Rule) CFA() Rule { return Rule{Kind: r.Kind, Offset: r.Offset} }
 
 // FrameSetUp reports whether RBP holds the frame of the function at this
 // address, i.e. whether a frame-pointer walk from here finds its caller.

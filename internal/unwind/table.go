@@ -61,7 +61,13 @@ func newTable(f *elf.File, pclntab func() (*symbolize.Pclntab, error)) (*Table, 
 	} else if !errors.Is(err, symbolize.ErrNoPclntab) {
 		return nil, err
 	}
-	eh, err := loadFrameSection(f, false)
+	a, known := archOf(f.Machine)
+	if !known {
+		// Register numbers of another machine would read as wrong
+		// rules: no rules at all is the honest answer.
+		return t, nil
+	}
+	eh, err := loadFrameSection(f, a, false)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +77,7 @@ func newTable(f *elf.File, pclntab func() (*symbolize.Pclntab, error)) (*Table, 
 	}
 	// Go's .debug_frame hides its frame pointers; only C uses it.
 	if !isGo {
-		dbg, err := loadFrameSection(f, true)
+		dbg, err := loadFrameSection(f, a, true)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +154,7 @@ func ruleIn(rows []row, pc uint64) Rule {
 	if i < 0 {
 		return Rule{}
 	}
-	return rows[i].rule
+	return rows[i].rule.at(pc)
 }
 
 func (t *Table) remember(start uint64, rows []row) {

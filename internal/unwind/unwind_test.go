@@ -45,8 +45,15 @@ func TestAgainstReadelf(t *testing.T) {
 				if err != nil {
 					t.Fatalf("RuleAt(%#x): %v", r.pc, err)
 				}
-				if got != r.rule {
+				if r.expr && got.Kind == SPOffset {
+					continue // a PLT's expression, evaluated (TestPLTRule)
+				}
+				if got.CFA() != r.rule {
 					t.Errorf("RuleAt(%#x) = %v, readelf says %v", r.pc, got, r.rule)
+				}
+				if got != r.full {
+					t.Errorf("RuleAt(%#x): fp %d at %d, outermost %v; readelf says fp %d at %d, outermost %v",
+						r.pc, got.FP, got.FPOffset, got.Outermost, r.full.FP, r.full.FPOffset, r.full.Outermost)
 				}
 			}
 			if n < 10 {
@@ -67,15 +74,15 @@ func TestCFARules(t *testing.T) {
 		pc   uint64
 		want Rule
 	}{
-		{"gcc leaf entry", "chain-gcc", gcc["leaf"], Rule{SPOffset, 8}},
-		{"gcc leaf body has no frame", "chain-gcc", gcc["leaf"] + 7, Rule{SPOffset, 8}},
-		{"gcc leaf with sub rsp", "chain-gcc", gcc["leaf_nofp"] + 7, Rule{SPOffset, 408}},
-		{"gcc leaf_stack keeps rbp", "chain-gcc", gcc["leaf_stack"] + 8, Rule{FPOffset, 16}},
-		{"gcc d after push", "chain-gcc", gcc["d"] + 1, Rule{SPOffset, 16}},
-		{"clang d entry", "chain-clang", clang["d"], Rule{SPOffset, 8}},
-		{"clang d body", "chain-clang", clang["d"] + 4, Rule{FPOffset, 16}},
-		{"clang leaf body keeps frame", "chain-clang", clang["leaf"] + 4, Rule{FPOffset, 16}},
-		{"debug_frame leaf with sub rsp", "chain-gcc-debugframe", dbg["leaf_nofp"] + 7, Rule{SPOffset, 408}},
+		{"gcc leaf entry", "chain-gcc", gcc["leaf"], Rule{Kind: SPOffset, Offset: 8}},
+		{"gcc leaf body has no frame", "chain-gcc", gcc["leaf"] + 7, Rule{Kind: SPOffset, Offset: 8}},
+		{"gcc leaf with sub rsp", "chain-gcc", gcc["leaf_nofp"] + 7, Rule{Kind: SPOffset, Offset: 408}},
+		{"gcc leaf_stack keeps rbp", "chain-gcc", gcc["leaf_stack"] + 8, Rule{Kind: FPOffset, Offset: 16}},
+		{"gcc d after push", "chain-gcc", gcc["d"] + 1, Rule{Kind: SPOffset, Offset: 16}},
+		{"clang d entry", "chain-clang", clang["d"], Rule{Kind: SPOffset, Offset: 8}},
+		{"clang d body", "chain-clang", clang["d"] + 4, Rule{Kind: FPOffset, Offset: 16}},
+		{"clang leaf body keeps frame", "chain-clang", clang["leaf"] + 4, Rule{Kind: FPOffset, Offset: 16}},
+		{"debug_frame leaf with sub rsp", "chain-gcc-debugframe", dbg["leaf_nofp"] + 7, Rule{Kind: SPOffset, Offset: 408}},
 		{"no FDE", "chain-gcc", 1, Rule{}},
 	}
 	for _, tt := range tests {
@@ -87,7 +94,7 @@ func TestCFARules(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tt.want {
+			if got.CFA() != tt.want {
 				t.Errorf("RuleAt(%#x) = %v, want %v", tt.pc, got, tt.want)
 			}
 		})
@@ -175,7 +182,7 @@ func TestGoPcsp(t *testing.T) {
 			}
 			// Walk the prologue: before PUSHQ BP no frame, between PUSHQ and
 			// MOVQ SP,BP the old RBP, after it RBP is the frame.
-			want := Rule{SPOffset, 8}
+			want := Rule{Kind: SPOffset, Offset: 8}
 			for off := 0; off < len(code); {
 				inst, err := x86asm.Decode(code[off:], 64)
 				if err != nil {
@@ -185,14 +192,14 @@ func TestGoPcsp(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got != want {
+				if got.CFA() != want {
 					t.Errorf("main.alpha+%d (%v): %v, want %v", off, inst, got, want)
 				}
 				switch {
 				case inst.Op == x86asm.PUSH && inst.Args[0] == x86asm.RBP:
-					want = Rule{SPOffset, 16}
+					want = Rule{Kind: SPOffset, Offset: 16}
 				case inst.Op == x86asm.MOV && inst.Args[0] == x86asm.RBP && inst.Args[1] == x86asm.RSP:
-					want = Rule{FPOffset, 16}
+					want = Rule{Kind: FPOffset, Offset: 16}
 				}
 				if inst.Op == x86asm.SUB || inst.Op == x86asm.CALL || inst.Op == x86asm.RET {
 					break
@@ -200,8 +207,17 @@ func TestGoPcsp(t *testing.T) {
 				off += inst.Len
 			}
 
+			if r, _ := tab.RuleAt(alpha.Entry); r.Outermost {
+				t.Errorf("main.alpha is marked outermost")
+			}
+			if goexit := gt.LookupFunc("runtime.goexit"); goexit == nil {
+				t.Error("no runtime.goexit")
+			} else if r, _ := tab.RuleAt(goexit.Entry); !r.Outermost {
+				t.Errorf("runtime.goexit (TOPFRAME) is not marked outermost: %+v", r)
+			}
+
 			gamma := gt.LookupFunc("main.gamma")
-			if r, _ := tab.RuleAt(gamma.Entry + 4); r != (Rule{SPOffset, 8}) {
+			if r, _ := tab.RuleAt(gamma.Entry + 4); r.CFA() != (Rule{Kind: SPOffset, Offset: 8}) {
 				t.Errorf("main.gamma (frameless leaf) body: %v, want rsp+8", r)
 			}
 		})
@@ -219,14 +235,14 @@ func TestRecoverCaller(t *testing.T) {
 		want   uint64
 		wantOK bool
 	}{
-		{"leaf entry: ra at sp", Rule{SPOffset, 8}, stack, 0x401234, true},
-		{"sub rsp 16: ra at sp+16", Rule{SPOffset, 24}, stack, 0x405678, true},
-		{"frame set up: FP walk is right", Rule{FPOffset, 16}, stack, 0, false},
+		{"leaf entry: ra at sp", Rule{Kind: SPOffset, Offset: 8}, stack, 0x401234, true},
+		{"sub rsp 16: ra at sp+16", Rule{Kind: SPOffset, Offset: 24}, stack, 0x405678, true},
+		{"frame set up: FP walk is right", Rule{Kind: FPOffset, Offset: 16}, stack, 0, false},
 		{"unknown rule", Rule{}, stack, 0, false},
-		{"ra beyond the copy", Rule{SPOffset, 72}, stack, 0, false},
-		{"zero word is no address", Rule{SPOffset, 16}, stack, 0, false},
-		{"misaligned offset", Rule{SPOffset, 12}, stack, 0, false},
-		{"empty copy", Rule{SPOffset, 8}, nil, 0, false},
+		{"ra beyond the copy", Rule{Kind: SPOffset, Offset: 72}, stack, 0, false},
+		{"zero word is no address", Rule{Kind: SPOffset, Offset: 16}, stack, 0, false},
+		{"misaligned offset", Rule{Kind: SPOffset, Offset: 12}, stack, 0, false},
+		{"empty copy", Rule{Kind: SPOffset, Offset: 8}, nil, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,5 +254,51 @@ func TestRecoverCaller(t *testing.T) {
 				t.Errorf("rule %v recovers a caller but says the frame is set up", tt.rule)
 			}
 		})
+	}
+}
+
+// TestPLTRule checks the rule in a lazy PLT against its instructions: the
+// CFA is rsp+8 until the entry's push has run, rsp+16 after, in every
+// entry, as the linker's CFA expression says.
+func TestPLTRule(t *testing.T) {
+	path := fixture("chain-gcc")
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	plt := f.Section(".plt")
+	if plt == nil {
+		t.Fatal("no .plt in the fixture")
+	}
+	code, err := plt.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := openTable(t, path)
+	checked := 0
+	for entry := 16; entry+16 <= len(code); entry += 16 { // entry 0 is the resolver's
+		want := Rule{Kind: SPOffset, Offset: 8}
+		for off := entry; off < entry+16; {
+			inst, err := x86asm.Decode(code[off:], 64)
+			if err != nil {
+				t.Fatalf("decode .plt+%#x: %v", off, err)
+			}
+			got, err := tab.RuleAt(plt.Addr + uint64(off))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf(".plt+%#x (%v): %v, want %v", off, inst, got, want)
+			}
+			checked++
+			if inst.Op == x86asm.PUSH {
+				want = Rule{Kind: SPOffset, Offset: 16}
+			}
+			off += inst.Len
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no PLT entry checked")
 	}
 }

@@ -40,6 +40,7 @@ func ReadOffCPU(path string) (map[string]OffCPUSpan, error) {
 // anon_pipe_read; before 6.2: futex_wait_queue_me).
 var WantReasons = map[string][]string{
 	"sleep":    {"do_nanosleep"},
+	"usleep":   {"do_nanosleep"}, // through glibc's usleep, nanosleep, clock_nanosleep
 	"futex":    {"futex_wait_queue", "futex_do_wait", "futex_wait_queue_me"},
 	"pipe":     {"pipe_read", "anon_pipe_read"},
 	"pingpong": {"pipe_read", "anon_pipe_read"},

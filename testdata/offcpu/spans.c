@@ -34,9 +34,9 @@
 #define MAX_SPANS 4096
 #define PINGPONG_ROUNDS 40
 
-enum kind { K_SLEEP, K_FUTEX, K_PIPE, K_PINGPONG, K_MAX };
-static const char *const kind_names[K_MAX] = {"sleep", "futex", "pipe", "pingpong"};
-static const char *const fn_names[K_MAX] = {"wait_sleep", "wait_futex", "wait_pipe", "wait_pingpong"};
+enum kind { K_SLEEP, K_FUTEX, K_PIPE, K_PINGPONG, K_USLEEP, K_MAX };
+static const char *const kind_names[K_MAX] = {"sleep", "futex", "pipe", "pingpong", "usleep"};
+static const char *const fn_names[K_MAX] = {"wait_sleep", "wait_futex", "wait_pipe", "wait_pingpong", "wait_usleep"};
 
 struct span {
 	uint8_t trace[16], span[8];
@@ -96,6 +96,16 @@ __attribute__((noinline)) static uint64_t wait_sleep(uint64_t ns)
 {
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
 	sleep_ns(ns);
+	return now_ns(CLOCK_MONOTONIC) - t0;
+}
+
+/* usleep goes through glibc's nanosleep and clock_nanosleep, none of
+ * which keeps a frame pointer: the waiting function is found only by
+ * unwinding them. */
+__attribute__((noinline)) static uint64_t wait_usleep(uint64_t ns)
+{
+	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	usleep((useconds_t)(ns / 1000));
 	return now_ns(CLOCK_MONOTONIC) - t0;
 }
 
@@ -162,6 +172,7 @@ static void *run(void *arg)
 		work(300000);
 		switch (s->kind) {
 		case K_SLEEP: s->blocked = wait_sleep(d); break;
+		case K_USLEEP: s->blocked = wait_usleep(d); break;
 		case K_FUTEX: s->blocked = wait_futex(d); break;
 		case K_PIPE: s->blocked = wait_pipe(w, d); break;
 		default: s->blocked = wait_pingpong(w); break;

@@ -1,0 +1,280 @@
+package unwind
+
+import "encoding/binary"
+
+// Stack is what the kernel captured of one user stack: the registers, a
+// copy of the stack from the stack pointer up, and its own frame-pointer
+// walk.
+type Stack struct {
+	IP, SP, FP uint64
+	// Window holds user memory at [SP, SP+len(Window)).
+	Window []byte
+	// Chain is the kernel's frame-pointer walk: Chain[0] is IP, Chain[i]
+	// the return address it read at f(i-1)+8, where f(0) is FP and f(i)
+	// the word at f(i-1).
+	Chain []uint64
+}
+
+// Stop says why a walk ended.
+type Stop uint8
+
+const (
+	// StopOutermost: the rules mark the last frame as the stack's first
+	// (_start, clone3) or its return address is zero: a whole stack.
+	StopOutermost Stop = iota
+	// StopChainEnd: the rules said to follow the frame pointer, and the
+	// kernel's walk had ended there (a frame pointer of zero or outside
+	// user memory, or its own depth bound).
+	StopChainEnd
+	// StopWindow: the next frame lies in stack bytes beyond the window.
+	StopWindow
+	// StopNoInfo: a frame's address has no unwind rule, and its frame
+	// pointer is not one the kernel walked from.
+	StopNoInfo
+	// StopBadRule: a rule the walk cannot evaluate (a DWARF expression, a
+	// CFA in another register, the frame pointer lost).
+	StopBadRule
+	// StopDepth: the walk reached its frame bound.
+	StopDepth
+	// StopBelowWindow: frameless code under the kernel's last frame, whose
+	// bytes lie beyond the window (the C library's frames under main or
+	// start_thread, in a stack deeper than the window, where the kernel's
+	// walk ended too). A window holding them would hold the whole stack:
+	// the frames up to there are kept, and the window is not widened.
+	StopBelowWindow
+)
+
+var stopNames = [...]string{"outermost", "chain end", "window", "no unwind info", "bad rule", "depth", "below window"}
+
+func (s Stop) String() string {
+	if int(s) < len(stopNames) {
+		return stopNames[s]
+	}
+	return "unknown"
+}
+
+// Result says how a walk went.
+type Result struct {
+	Stop Stop
+	// CFIFrames counts the frames found by CFA rules in the window rather
+	// than taken from the kernel's chain.
+	CFIFrames int
+	// Needed is how many bytes of the window from SP the walk read, or
+	// would have read for the word it stopped at (StopWindow): what a
+	// window must hold for this stack.
+	Needed uint64
+}
+
+// Lookup returns the unwind rule at an address of the process: Rule{}
+// (Unknown) when no table covers it. An address in no mapping has none:
+// the walk follows the kernel's chain there, and the profile's builder,
+// which reads a process's mappings again before it judges an address in
+// none of them, cuts the stack (collect.Stats.StacksCut).
+type Lookup func(pc uint64) Rule
+
+// Walk unwinds s: frames with a frame pointer of their own come from the
+// kernel's chain, frames without one (an RSP-based CFA: glibc, the vDSO,
+// GCC leaves) from their CFA rules in the window, and every frame of the
+// chain is checked against the rule of the function it returns into, so
+// that a frame-pointer function called from frameless code (a qsort
+// comparator) or code using the frame pointer as a general register
+// continues with CFA rules rather than a chain that skipped or invented
+// callers. Frames are appended to dst, leaf first, at most maxFrames. Nothing
+// is guessed: the walk stops where a rule or the bytes it needs are
+// missing, and Result says why.
+func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64, res Result) {
+	w := walker{s: s}
+	w.chainFrames()
+	w.needed = 0 // the chain's frames are the kernel's; only the walk's reads count
+	defer func() { res.Needed = w.needed }()
+	frames = append(dst, s.IP)
+	n := 1
+	pc, sp, fp := s.IP, s.SP, s.FP
+	spOK, fpOK := true, true
+	at := 0            // fp is the frame address the kernel read Chain[at+1] from; -1 when not
+	fromChain := false // the last frame came from the kernel's chain
+	for first := true; ; first = false {
+		if n >= maxFrames {
+			res.Stop = StopDepth
+			return frames, res
+		}
+		q := pc
+		if !first {
+			q = pc - 1 // the call instruction: a return address may start the next function
+		}
+		r := lookup(q)
+		if r.Outermost {
+			res.Stop = StopOutermost
+			return frames, res
+		}
+		var ra uint64
+		switch {
+		case r.Kind == FPOffset && at >= 0 && standardFrame(r):
+			// The kernel walked from this frame pointer: its next return
+			// address is this frame's.
+			if at+1 >= len(s.Chain) {
+				res.Stop = StopChainEnd
+				return frames, res
+			}
+			ra = s.Chain[at+1]
+			if spOK = fpOK; spOK {
+				sp = fp + 16
+			}
+			at++
+			fp, fpOK = w.chainFP(at)
+			fromChain = true
+		case r.Kind == SPOffset || r.Kind == FPOffset:
+			base, ok := sp, spOK
+			if r.Kind == FPOffset {
+				base, ok = fp, fpOK
+				if !ok {
+					res.Stop = StopBadRule
+					return frames, res
+				}
+			}
+			if !ok {
+				// sp comes from a chain frame beyond the window: the
+				// bytes are beyond it too.
+				w.needed = max(w.needed, uint64(len(s.Window))+8)
+				res.Stop = w.cut(at, fromChain)
+				return frames, res
+			}
+			cfa := base + uint64(r.Offset)
+			var got bool
+			if ra, got = w.word(cfa - 8); !got {
+				res.Stop = w.cut(at, fromChain)
+				return frames, res
+			}
+			switch slot := cfa + uint64(r.FPOffset); {
+			case r.FP == FPAtCFA && spOK && slot < sp:
+				// An epilogue: compilers keep the save slot's rule
+				// after popping the register, and the slot lies below
+				// the stack pointer. The register holds the caller's
+				// value again.
+			case r.FP == FPAtCFA:
+				if fp, got = w.word(slot); !got {
+					res.Stop = w.cut(at, fromChain)
+					return frames, res
+				}
+				fpOK, at = true, w.match(fp)
+			case r.FP == FPLost:
+				fpOK, at = false, -1
+			}
+			sp, spOK = cfa, true
+			res.CFIFrames++
+			fromChain = false
+		case at >= 0:
+			// No rule: code without tables (JIT code, a stripped
+			// binary); the kernel's walk is all there is, as without
+			// this unwinder.
+			if at+1 >= len(s.Chain) {
+				res.Stop = StopNoInfo
+				return frames, res
+			}
+			ra = s.Chain[at+1]
+			if spOK = fpOK; spOK {
+				sp = fp + 16
+			}
+			at++
+			fp, fpOK = w.chainFP(at)
+			fromChain = true
+		default:
+			res.Stop = StopNoInfo
+			return frames, res
+		}
+		if ra == 0 {
+			res.Stop = StopOutermost
+			return frames, res
+		}
+		frames = append(frames, ra)
+		n++
+		pc = ra
+	}
+}
+
+// cut says why a walk stopped for bytes beyond the window: below the
+// kernel's last frame, reached through its chain, the frameless code is
+// the bottom of a stack deeper than the window (StopBelowWindow);
+// elsewhere a wider window would have the bytes (StopWindow).
+func (w *walker) cut(at int, fromChain bool) Stop {
+	if fromChain && at == len(w.s.Chain)-1 {
+		return StopBelowWindow
+	}
+	return StopWindow
+}
+
+// standardFrame reports whether r is the frame every compiler's
+// "push rbp; mov rsp, rbp" sets up, the one the kernel's walk assumes.
+func standardFrame(r Rule) bool {
+	return r.Offset == 16 && r.FP == FPAtCFA && r.FPOffset == -16
+}
+
+// maxChainFrames bounds the frame addresses of the chain a walk
+// reconstructs from the window: a 8 KiB window holds at most 512 frames,
+// but a stack that deep in frame-pointer code is not unwound by rules.
+// Past it, the chain's frames are still followed, by position.
+const maxChainFrames = 64
+
+// walker reads the window and knows the frame addresses of the kernel's
+// chain that lie inside it. It lives on its caller's stack: a walk runs
+// per sample.
+type walker struct {
+	s Stack
+	// fps[:nfps]: fps[i] is the frame address the kernel read Chain[i+1]
+	// from, for as many as the window shows (fps[0] is the FP register).
+	fps  [maxChainFrames]uint64
+	nfps int
+	// needed is the end of the highest word read, from SP.
+	needed uint64
+}
+
+// word reads the 8 bytes at addr from the window.
+func (w *walker) word(addr uint64) (uint64, bool) {
+	if addr < w.s.SP || addr-w.s.SP > 1<<30 {
+		return 0, false
+	}
+	off := addr - w.s.SP
+	w.needed = max(w.needed, off+8)
+	if off+8 > uint64(len(w.s.Window)) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(w.s.Window[off:]), true
+}
+
+// chainFrames reconstructs the frame addresses of the chain from the
+// window, as long as the window agrees with the kernel's walk.
+func (w *walker) chainFrames() {
+	if len(w.s.Chain) < 2 {
+		return
+	}
+	w.fps[0], w.nfps = w.s.FP, 1
+	for i := 1; i+1 < len(w.s.Chain) && i < maxChainFrames; i++ {
+		f := w.fps[i-1]
+		ra, ok1 := w.word(f + 8)
+		next, ok2 := w.word(f)
+		if !ok1 || !ok2 || ra != w.s.Chain[i] {
+			return
+		}
+		w.fps[i], w.nfps = next, i+1
+	}
+}
+
+// chainFP returns the frame address the kernel read Chain[i+1] from, when
+// the window shows it.
+func (w *walker) chainFP(i int) (uint64, bool) {
+	if i < w.nfps {
+		return w.fps[i], true
+	}
+	return 0, false
+}
+
+// match returns the position in the chain of frame address fp, -1 when
+// the kernel did not walk from it.
+func (w *walker) match(fp uint64) int {
+	for i, f := range w.fps[:w.nfps] {
+		if f == fp {
+			return i
+		}
+	}
+	return -1
+}
