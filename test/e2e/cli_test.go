@@ -69,13 +69,22 @@ func TestRecordNotRoot(t *testing.T) {
 }
 
 // TestCheckOwnRepository runs `spanprof check` over this repository's build
-// files and its clang-built demo binaries: the project keeps its own rules.
+// files, its clang-built demo binaries and spanprof as `make build` makes
+// it (without cgo): the project keeps its own rules. A cgo build links
+// libcap's psx C code, which cgo compiles with its default flags and so
+// without frame pointers; docs/reliability.md says so.
 func TestCheckOwnRepository(t *testing.T) {
 	requireRoot(t)
+	shipped := filepath.Join(t.TempDir(), "spanprof")
+	build := exec.Command("go", "build", "-o", shipped, filepath.Join(repoRoot, "cmd", "spanprof"))
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build spanprof without cgo: %v\n%s", err, out)
+	}
 	for _, args := range [][]string{
 		{"check", repoRoot},
 		{"check", filepath.Join(repoRoot, "testdata", "tracectx", "build", "workload-clang"),
-			filepath.Join(fixtures, "chain-clang"), filepath.Join(fixtures, "gofix"), binPath},
+			filepath.Join(fixtures, "chain-clang"), filepath.Join(fixtures, "gofix"), shipped},
 	} {
 		out, err := exec.Command(binPath, args...).CombinedOutput()
 		if err != nil {

@@ -6,6 +6,7 @@ package jvmtest
 import (
 	"bufio"
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -32,8 +33,7 @@ func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 	if _, err := exec.LookPath("java"); err != nil {
 		t.Skip("no java on PATH")
 	}
-	_, self, _, _ := runtime.Caller(0)
-	src := filepath.Join(filepath.Dir(self), "..", "testdata", "Hot.java")
+	src := copySource(t)
 	argv := append([]string{"java", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Hot::work",
 		"-XX:CompileCommand=dontinline,Hot::late"}, o.Flags...)
 	argv = append(append(append([]string{}, o.Wrap...), argv...), src)
@@ -73,6 +73,31 @@ func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 		t.Fatal("java workers not ready after 60s")
 	}
 	return cmd
+}
+
+// copySource copies testdata/Hot.java into a directory of its own outside
+// /tmp, readable by every user: a JVM in a container gets a private /tmp,
+// and the checkout itself may lie under /tmp (CI clones anywhere).
+func copySource(t *testing.T) string {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "testdata", "Hot.java"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "spanprof-hot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "Hot.java")
+	if err := os.WriteFile(src, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 type lockedBuffer struct {
