@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/cli"
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/debuginfod"
@@ -48,6 +49,8 @@ type recordFlags struct {
 	// offCPUThreshold tunes off-CPU sampling (sampler.OffCPUOptions).
 	offCPUThreshold time.Duration
 	output          string
+	// format is --format, or the one output's name selects.
+	format string
 	// goWaitFrequency samples parked goroutines with --off-cpu (gowait).
 	goWaitFrequency int
 	verbose         bool
@@ -70,26 +73,31 @@ func (l *stringList) Set(s string) error {
 	return nil
 }
 
-func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
+func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, error) {
 	f := &recordFlags{}
 	var err error
 	fs := flag.NewFlagSet("spanprof record", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&f.pids, "pid", "profile this process (repeatable; default: all processes)")
 	fs.BoolVar(&f.all, "all", false, "profile every process (the default without --pid)")
-	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to record")
+	cli.DurationVar(fs, &f.duration, "duration", 10*time.Second, "how long to record")
 	fs.IntVar(&f.frequency, "frequency", 99, "on-CPU samples per second per CPU")
 	fs.BoolVar(&f.offCPU, "off-cpu", false, "also record off-CPU time (sched_switch)")
-	fs.DurationVar(&f.offCPUThreshold, "off-cpu-threshold", sampler.DefaultOffCPUThreshold,
+	cli.DurationVar(fs, &f.offCPUThreshold, "off-cpu-threshold", sampler.DefaultOffCPUThreshold,
 		"off-CPU sampling: threads switching out less often than this are recorded exactly, others in proportion, with unbiased weights; 1ns records every wait")
 	fs.IntVar(&f.goWaitFrequency, "go-wait-frequency", gowait.DefaultFrequency,
 		"with --off-cpu: samples per second of the parked goroutines of Go processes (0: off)")
-	fs.StringVar(&f.output, "output", "", "write to FILE; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
+	fs.StringVar(&f.output, "output", "", "write to FILE, - for stdout; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
+	fs.StringVar(&f.format, "format", "", "output format, whatever the file name: "+strings.Join(export.Formats(), ", ")+" (needed for --output -)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
 	mode := fs.String("symbolize", "", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories, offline; full: also debuginfod (DEBUGINFOD_URLS) (default full when DEBUGINFOD_URLS is set, else local)")
 	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
-	fs.DurationVar(&f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
-	if err = fs.Parse(args); err != nil {
+	cli.DurationVar(fs, &f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: spanprof record [--pid N]... [--duration 10s] [--frequency 99] [--off-cpu] [--output FILE|-] [--format F]\n\n")
+		fs.PrintDefaults()
+	}
+	if err = cli.Parse(fs, args, stdout); err != nil {
 		return nil, err
 	}
 	if f.symbolize, err = symbolize.ResolveMode(*mode, len(debuginfod.URLsFromEnv()) > 0); err != nil {
@@ -116,21 +124,26 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	if f.offCPUThreshold <= 0 || f.offCPUThreshold > sampler.MaxOffCPUThreshold {
 		return nil, fmt.Errorf("--off-cpu-threshold %v out of range 1ns..%v", f.offCPUThreshold, sampler.MaxOffCPUThreshold)
 	}
+	if f.format != "" && f.output == "" {
+		return nil, errors.New("--format needs --output FILE (or - for stdout)")
+	}
 	if f.output != "" {
-		if _, err := export.FormatFor(f.output); err != nil {
+		// Found now, not after the whole recording.
+		if err := export.CheckDestination(f.output); err != nil {
+			return nil, err
+		}
+		if f.format, err = export.ResolveFormat(f.output, f.format); err != nil {
 			return nil, err
 		}
 	}
-	for _, pid := range f.pids {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-			return nil, fmt.Errorf("process %d does not exist", pid)
-		}
+	if f.pids, err = resolveTargets("/proc", f.pids, stderr); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
 
 func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f, err := parseRecordFlags(args, stderr)
+	f, err := parseRecordFlags(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -201,6 +214,10 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		what += fmt.Sprintf(" and off-CPU (threshold %v)", f.offCPUThreshold)
 	}
 	fmt.Fprintf(stderr, "spanprof: recording %s at %s for %v (Ctrl-C stops early)\n", target, what, f.duration)
+	cpuBefore := cpuTimes(f.pids)
+	start := time.Now()
+	prog := &progress{w: stderr, on: isTerminal(stderr), start: start, total: f.duration}
+	nrec := 0
 
 	timer := time.NewTimer(f.duration)
 	defer timer.Stop()
@@ -216,6 +233,7 @@ loop:
 			}
 			watch.Seen(r.PID, 2*time.Second)
 			c.Add(r)
+			nrec++
 		case e, ok := <-procs:
 			if !ok {
 				break loop
@@ -230,15 +248,19 @@ loop:
 		case <-timer.C:
 			break loop
 		case <-ctx.Done():
+			prog.clear()
 			fmt.Fprintln(stderr, "spanprof: interrupted, writing what was recorded")
 			break loop
 		case <-alive.C:
 			if len(f.pids) > 0 && !anyAlive(f.pids) {
+				prog.clear()
 				fmt.Fprintln(stderr, "spanprof: every target process exited")
 				break loop
 			}
+			prog.show(nrec)
 		}
 	}
+	prog.clear()
 	end := time.Now()
 	s.Stop()
 	// Take everything the kernel wrote before the programs were detached:
@@ -275,14 +297,23 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: %d samples were taken inside an exec with the image before it still in the registers; %d of them were symbolized against that image (the process as read before the exec, or its parent's)\n",
 			st.PreExec, st.PreExecAttributed)
 	}
-	if f.output == "" {
-		export.WriteSummary(stdout, prof, 15)
-		return nil
+	if len(prof.Samples) == 0 {
+		return nothingRecorded(f.pids, cpuBefore, end.Sub(start), f.offCPU, totalLost(prof.Lost))
 	}
-	if err := export.WriteFile(f.output, prof); err != nil {
-		return err
+	switch f.output {
+	case "":
+		return export.WriteSummary(stdout, prof, 15)
+	case "-":
+		if err := export.Write(stdout, f.format, prof); err != nil {
+			return fmt.Errorf("write stdout: %w", err)
+		}
+	default:
+		if err := export.WriteOutput(f.output, f.format, prof); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(stderr, "spanprof: wrote %d samples to %s\n", len(prof.Samples), f.output)
+	n := len(prof.Samples)
+	fmt.Fprintf(stderr, "spanprof: wrote %d %s to %s\n", n, plural(n, "sample", "samples"), outputName(f.output))
 	return nil
 }
 
@@ -340,4 +371,11 @@ func totalLost(m map[string]uint64) uint64 {
 		n += v
 	}
 	return n
+}
+
+func outputName(path string) string {
+	if path == "-" {
+		return "stdout"
+	}
+	return path
 }

@@ -14,22 +14,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/cli"
 )
 
 // Main runs `spanprof check` with args and returns the exit code: 0 when
 // no error or warning was found, 1 on a violation or bad usage.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := flag.NewFlagSet("spanprof check", flag.ContinueOnError)
 	format := fs.String("format", "text", "output format: text, json or sarif")
 	var ignore []string
 	fs.Func("ignore", "comma-separated rule ids to drop", func(s string) error {
 		ignore = append(ignore, s)
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: spanprof check [--format text|json|sarif] [--ignore RULE,...] PATH|PID...")
+		fs.PrintDefaults()
+	}
+	targets, err := parseInterspersed(fs, args, stdout)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: spanprof check [--format text|json|sarif] [--ignore RULE,...] PATH|PID...")
 			return 0
 		}
 		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
@@ -44,12 +49,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "spanprof check: --ignore: %v\n", err)
 		return 1
 	}
-	if fs.NArg() == 0 {
+	if len(targets) == 0 {
 		fmt.Fprintln(stderr, "spanprof check: name at least one PATH or PID to check")
 		return 1
 	}
 	c := &Checker{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	res, err := c.Run(fs.Args())
+	res, err := c.Run(targets)
 	if err != nil {
 		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
 		return 1
@@ -63,6 +68,28 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseInterspersed parses flags wherever they stand among the targets
+// ("check . --format json" as well as "check --format json ."); after
+// "--" every argument is a target.
+func parseInterspersed(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
+	var targets []string
+	for {
+		if err := cli.Parse(fs, args, stdout); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return targets, nil
+		}
+		// fs.Parse consumed a "--" when rest follows one: everything is a target.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(targets, rest...), nil
+		}
+		targets = append(targets, rest[0])
+		args = rest[1:]
+	}
 }
 
 // Checker holds the settings of one run. The zero value checks the real

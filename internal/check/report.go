@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/cli"
 )
 
 // without drops findings of ignored rules.
@@ -125,6 +127,7 @@ type (
 	}
 	sarifDriver struct {
 		Name           string      `json:"name"`
+		Version        string      `json:"version"`
 		InformationURI string      `json:"informationUri"`
 		Rules          []sarifRule `json:"rules"`
 	}
@@ -174,7 +177,7 @@ func sarifURI(p string) string {
 }
 
 func (r *Result) writeSARIF(w io.Writer) error {
-	driver := sarifDriver{Name: "spanprof-check", InformationURI: "https://github.com/spanprof/spanprof/blob/main/docs/check.md"}
+	driver := sarifDriver{Name: "spanprof-check", Version: cli.Info().Version, InformationURI: "https://github.com/spanprof/spanprof/blob/main/docs/check.md"}
 	index := map[string]int{}
 	for i, rule := range Rules {
 		index[rule.ID] = i

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/cli"
 )
 
 func TestTextFixtures(t *testing.T) {
@@ -139,8 +141,9 @@ func TestSARIF(t *testing.T) {
 		Runs    []struct {
 			Tool struct {
 				Driver struct {
-					Name  string `json:"name"`
-					Rules []struct {
+					Name    string `json:"name"`
+					Version string `json:"version"`
+					Rules   []struct {
 						ID string `json:"id"`
 					} `json:"rules"`
 				} `json:"driver"`
@@ -172,6 +175,9 @@ func TestSARIF(t *testing.T) {
 		t.Fatalf("header: version=%q schema=%q runs=%d", log.Version, log.Schema, len(log.Runs))
 	}
 	run := log.Runs[0]
+	if v := run.Tool.Driver.Version; v != cli.Info().Version || v == "" {
+		t.Errorf("driver.version = %q, want the build's %q", v, cli.Info().Version)
+	}
 	if len(run.Tool.Driver.Rules) != len(Rules) || run.Tool.Driver.Name == "" {
 		t.Errorf("driver has %d rules, want %d", len(run.Tool.Driver.Rules), len(Rules))
 	}
