@@ -48,7 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "agent":
-		return runAgent(ctx, args[1:], stderr)
+		return runAgent(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check.Main(args[1:], stdout, stderr)
 	case "version", "--version", "-version":

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -274,4 +275,54 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 		t.Fatalf("open pty: %v", err)
 	}
 	return m, s
+}
+
+// TestServeWildcardURL: serving on 0.0.0.0 prints URLs a browser can open,
+// and the first one answers.
+func TestServeWildcardURL(t *testing.T) {
+	requireRoot(t)
+	fix := startFixture(t, "gofix", "60000")
+	prof := filepath.Join(t.TempDir(), "p.otlp.json")
+	spanprof(t, "record", "--pid", strconv.Itoa(fix.Process.Pid), "--duration", "1s", "--output", prof)
+	cmd := exec.Command(binPath, "serve", "--listen", "0.0.0.0:0", prof)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	i := strings.Index(line, "http://127.0.0.1:")
+	if !strings.HasPrefix(line, "spanprof: serving 1 profile on http://127.0.0.1:") || !strings.Contains(line, " and http://"+host+":") || i < 0 {
+		t.Fatalf("serve printed %q", line)
+	}
+	url := strings.Fields(line[i:])[0]
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+}
+
+// TestCheckUnreadableProcess: check of a process root may not read says
+// why, not "needs root".
+func TestCheckUnreadableProcess(t *testing.T) {
+	requireRoot(t)
+	if f, err := os.Open("/proc/1/maps"); err == nil {
+		f.Close()
+		t.Skip("this machine lets root read pid 1: no unreadable process to name")
+	}
+	_, stderr, code := runSpanprof(t, "check", "1")
+	if code != 1 || !strings.Contains(stderr, "cannot read process 1 (") || strings.Contains(stderr, "needs root") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
 }
