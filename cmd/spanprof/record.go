@@ -291,11 +291,11 @@ loop:
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
 	st := c.Stats()
 	if st.StacksCut > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d samples had their user stack cut at a return address in no code mapping (a frame-pointer chain through code built without frame pointers)\n", st.StacksCut)
+		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))
 	}
 	if st.PreExec > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d samples were taken inside an exec with the image before it still in the registers; %d of them were symbolized against that image (the process as read before the exec, or its parent's)\n",
-			st.PreExec, st.PreExecAttributed)
+		fmt.Fprintf(stderr, "spanprof: %d %s taken while a process was starting a new program (exec); %d were named after the program it ran before\n",
+			st.PreExec, plural(int(st.PreExec), "sample was", "samples were"), st.PreExecAttributed)
 	}
 	if len(prof.Samples) == 0 {
 		return nothingRecorded(f.pids, cpuBefore, end.Sub(start), f.offCPU, totalLost(prof.Lost))

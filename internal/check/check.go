@@ -59,6 +59,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
 		return 1
 	}
+	if len(res.Targets) == 0 {
+		// A CI job pointed at the wrong directory must not pass.
+		fmt.Fprintf(stderr, "spanprof check: 0 targets: no build file, collector config or *.bpf.c under %s\n", strings.Join(targets, " "))
+		return 1
+	}
 	res = res.without(ign)
 	if err := res.write(stdout, *format); err != nil {
 		fmt.Fprintf(stderr, "spanprof check: write report: %v\n", err)

@@ -206,6 +206,7 @@ func TestGoBinary(t *testing.T) {
 
 func TestMainExitCodes(t *testing.T) {
 	needFixtures(t)
+	emptyDir := t.TempDir()
 	tests := []struct {
 		name     string
 		args     []string
@@ -227,6 +228,7 @@ func TestMainExitCodes(t *testing.T) {
 		{name: "missing path", args: []string{"/no/such/file"}, want: 1, stderr: "no such file"},
 		{name: "not a target", args: []string{fixtures + "/src/prog.c"}, want: 1, stderr: "not an ELF file"},
 		{name: "gone pid", args: []string{"999999999"}, want: 1, stderr: "no such process"},
+		{name: "empty directory", args: []string{emptyDir}, want: 1, stderr: "0 targets: no build file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
