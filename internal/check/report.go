@@ -78,8 +78,9 @@ func (r *Result) writeText(w io.Writer) error {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "%d errors, %d warnings, %d notes in %d targets\n",
-		r.count(SevError), r.count(SevWarning), r.count(SevNote), len(r.Targets))
+	count := func(n int, one, many string) string { return fmt.Sprintf("%d %s", n, plural(n, one, many)) }
+	fmt.Fprintf(&b, "%s, %s, %s in %s\n", count(r.count(SevError), "error", "errors"), count(r.count(SevWarning), "warning", "warnings"),
+		count(r.count(SevNote), "note", "notes"), count(len(r.Targets), "target", "targets"))
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -31,8 +31,9 @@ func TestTextFixtures(t *testing.T) {
 		{file: "build/good.bazelrc", want: []string{}},
 		{file: "build/bad.bazelrc", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id", "strip-no-debug-file"}},
 		{file: "cmake-good/CMakeLists.txt", want: []string{}},
-		{file: "cmake-bad/CMakeLists.txt", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id"},
-			lines: map[string]int{"cflags-no-frame-pointer": 3}},
+		// It lacks only the leaf flag: a note, as for a GCC binary.
+		{file: "cmake-bad/CMakeLists.txt", want: []string{"ldflags-no-build-id", "leaf-frame-pointer"},
+			lines: map[string]int{"leaf-frame-pointer": 3}},
 		{file: "meson-good/meson.build", want: []string{}},
 		{file: "meson-bad/meson.build", want: []string{"cflags-no-frame-pointer", "cflags-omit-frame-pointer", "ldflags-no-build-id"}},
 		{file: "cargo-good/.cargo/config.toml", want: []string{}},
@@ -77,7 +78,12 @@ func TestBuildSnippets(t *testing.T) {
 		{"commented flag does not count", "make", "CFLAGS = -O2 # -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer"}},
 		{"append", "make", "CFLAGS = -O2\nCFLAGS += -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{}},
 		{"no-omit is not omit", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{}},
-		{"leaf omit", "make", "CFLAGS = -fno-omit-frame-pointer -momit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer", "cflags-omit-frame-pointer"}},
+		{"leaf omit", "make", "CFLAGS = -fno-omit-frame-pointer -momit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-omit-frame-pointer", "leaf-frame-pointer"}},
+		// One model with binaries: a missing leaf flag is recovered by the
+		// unwinder (a note) unless the unwind tables are off (a warning).
+		{"no leaf flag", "make", "CFLAGS = -O2 -fno-omit-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"leaf-frame-pointer"}},
+		{"no leaf flag, no unwind tables", "make", "CFLAGS = -O2 -fno-omit-frame-pointer -fno-asynchronous-unwind-tables\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"leaf-frame-pointer"}},
+		{"no flag at all", "make", "CFLAGS = -O2\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer"}},
 		{"go only makefile", "make", "all:\n\tgo build ./...\n", []string{}},
 		{"bpf compile only", "make", "x.o: x.bpf.c\n\tclang-19 -O2 -g -target bpf -c $< -o $@\n", []string{}},
 		{"uuid build id", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS = -Wl,--build-id=uuid\n", []string{"build-id-not-sha1"}},
@@ -98,6 +104,27 @@ func TestBuildSnippets(t *testing.T) {
 				t.Errorf("rules = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLeafFlagSeverity: build files and binaries share one severity
+// model for leaf frames: a note where the unwinder recovers the caller
+// from the unwind tables, a warning where the tables are off, an error
+// only when calling functions lose their frame.
+func TestLeafFlagSeverity(t *testing.T) {
+	tests := []struct {
+		cflags string
+		want   Severity
+	}{
+		{"-O2 -fno-omit-frame-pointer", SevNote},
+		{"-O2 -fno-omit-frame-pointer -fno-asynchronous-unwind-tables", SevWarning},
+		{"-O2 -mno-omit-leaf-frame-pointer", SevError},
+	}
+	for _, tt := range tests {
+		fs := checkBuildFile(kindMake, "x", "CFLAGS = "+tt.cflags+"\nLDFLAGS=-Wl,--build-id=sha1\n")
+		if len(fs) != 1 || fs[0].Severity != tt.want {
+			t.Errorf("CFLAGS = %s: %+v, want one %s", tt.cflags, fs, tt.want)
+		}
 	}
 }
 
