@@ -28,8 +28,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		ignore = append(ignore, s)
 		return nil
 	})
+	var exclude []string
+	fs.Func("exclude", "leave out `PATH` (a file, a directory and what is under it, or a glob); repeatable", func(s string) error {
+		if _, err := filepath.Match(s, ""); err != nil {
+			return fmt.Errorf("bad pattern %q: %w", s, err)
+		}
+		exclude = append(exclude, filepath.Clean(s))
+		return nil
+	})
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: spanprof check [--format text|json|sarif] [--ignore RULE,...] PATH|PID...")
+		fmt.Fprintln(fs.Output(), "usage: spanprof check [--format text|json|sarif] [--ignore RULE,...] [--exclude PATH]... PATH|PID...")
 		fs.PrintDefaults()
 	}
 	targets, err := parseInterspersed(fs, args, stdout)
@@ -53,13 +61,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "spanprof check: name at least one PATH or PID to check")
 		return 1
 	}
-	c := &Checker{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	c := &Checker{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), Exclude: exclude}
 	res, err := c.Run(targets)
 	if err != nil {
 		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
 		return 1
 	}
-	if len(res.Targets) == 0 {
+	if len(res.Targets) == 0 && len(res.Excluded) == 0 {
 		// A CI job pointed at the wrong directory must not pass.
 		fmt.Fprintf(stderr, "spanprof check: 0 targets: no build file, collector config or *.bpf.c under %s\n", strings.Join(targets, " "))
 		return 1
@@ -106,6 +114,9 @@ type Checker struct {
 	DebugRoot string
 	// Log receives problems that do not stop the run.
 	Log *slog.Logger
+	// Exclude lists paths (prefixes of whole path elements, or globs)
+	// left out of walks and of the files processes map.
+	Exclude []string
 
 	bpf   bpfLinter
 	elfs  map[string]bool // mapped files already reported
@@ -116,6 +127,27 @@ type Checker struct {
 type Result struct {
 	Targets  []string
 	Findings []Finding
+	// Excluded are the paths --exclude left out, so the report says so.
+	Excluded []string
+}
+
+// excluded reports whether path matches an --exclude entry: the entry
+// itself, anything under it, or a glob match of the whole path or of
+// its base name.
+func (c *Checker) excluded(path string) bool {
+	path = filepath.Clean(path)
+	for _, e := range c.Exclude {
+		if path == e || strings.HasPrefix(path, e+"/") || e == "/" {
+			return true
+		}
+		if ok, _ := filepath.Match(e, path); ok {
+			return true
+		}
+		if ok, _ := filepath.Match(e, filepath.Base(path)); ok && !strings.Contains(e, "/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Run checks every argument. An argument that is all digits and names no
@@ -202,10 +234,18 @@ func (c *Checker) walk(root string, res *Result) error {
 			if skipDir(p, root, d.Name()) {
 				return filepath.SkipDir
 			}
+			if p != root && c.excluded(p) {
+				res.Excluded = append(res.Excluded, p)
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		kind := classify(p)
 		if kind == "" || !d.Type().IsRegular() {
+			return nil
+		}
+		if c.excluded(p) {
+			res.Excluded = append(res.Excluded, p)
 			return nil
 		}
 		if err := c.checkText(kind, p, res); err != nil {
@@ -268,6 +308,10 @@ func (c *Checker) checkPID(pid int, res *Result) error {
 			continue
 		}
 		c.elfs[f] = true
+		if c.excluded(f) {
+			res.Excluded = append(res.Excluded, f)
+			continue
+		}
 		res.Targets = append(res.Targets, f)
 		res.Findings = append(res.Findings, elfFindings(info, f, f, false)...)
 	}

@@ -13,7 +13,7 @@ import (
 
 // without drops findings of ignored rules.
 func (r *Result) without(ignore map[string]bool) *Result {
-	out := &Result{Targets: r.Targets}
+	out := &Result{Targets: r.Targets, Excluded: r.Excluded}
 	for _, f := range r.Findings {
 		if !ignore[f.Rule] {
 			out.Findings = append(out.Findings, f)
@@ -79,8 +79,12 @@ func (r *Result) writeText(w io.Writer) error {
 		}
 	}
 	count := func(n int, one, many string) string { return fmt.Sprintf("%d %s", n, plural(n, one, many)) }
-	fmt.Fprintf(&b, "%s, %s, %s in %s\n", count(r.count(SevError), "error", "errors"), count(r.count(SevWarning), "warning", "warnings"),
-		count(r.count(SevNote), "note", "notes"), count(len(r.Targets), "target", "targets"))
+	excluded := ""
+	if len(r.Excluded) > 0 {
+		excluded = fmt.Sprintf(" (%d excluded by --exclude)", len(r.Excluded))
+	}
+	fmt.Fprintf(&b, "%s, %s, %s in %s%s\n", count(r.count(SevError), "error", "errors"), count(r.count(SevWarning), "warning", "warnings"),
+		count(r.count(SevNote), "note", "notes"), count(len(r.Targets), "target", "targets"), excluded)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -91,6 +95,8 @@ type JSONReport struct {
 	Version  int       `json:"version"`
 	Targets  []string  `json:"targets"`
 	Findings []Finding `json:"findings"`
+	// Excluded lists what --exclude left out; omitted when nothing was.
+	Excluded []string `json:"excluded,omitempty"`
 	Summary  struct {
 		Errors   int `json:"errors"`
 		Warnings int `json:"warnings"`
@@ -99,7 +105,7 @@ type JSONReport struct {
 }
 
 func (r *Result) writeJSON(w io.Writer) error {
-	rep := JSONReport{Version: 1, Targets: r.Targets, Findings: r.Findings}
+	rep := JSONReport{Version: 1, Targets: r.Targets, Findings: r.Findings, Excluded: r.Excluded}
 	if rep.Targets == nil {
 		rep.Targets = []string{}
 	}

@@ -3,10 +3,14 @@ package check
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spanprof/spanprof/internal/cli"
 )
@@ -42,6 +46,10 @@ func TestTextFixtures(t *testing.T) {
 		{file: "collector/collector-no-profiles.yaml", want: []string{"collector-feature-gate", "collector-no-profiles-pipeline"},
 			lines: map[string]int{"collector-no-profiles-pipeline": 9}},
 		{file: "collector/otel-no-otlp.yaml", want: []string{"collector-feature-gate", "collector-profiles-no-otlp"}},
+		{file: "collector/otel-http-only.yaml", want: []string{"collector-feature-gate", "collector-otlp-no-grpc"},
+			lines: map[string]int{"collector-otlp-no-grpc": 11}},
+		{file: "collector/otel-undefined-exporter.yaml", want: []string{"collector-feature-gate", "collector-undefined-component"},
+			lines: map[string]int{"collector-undefined-component": 11}},
 		{file: "collector/otel-no-service.yaml", want: []string{"collector-feature-gate", "collector-no-profiles-pipeline"}},
 		{file: "bpf/good/good.bpf.c", want: []string{}},
 		{file: "bpf/bad/bad.bpf.c", want: []string{"bpf-ktime-no-realtime", "bpf-printk-hot-path", "bpf-record-no-trace-context"},
@@ -242,5 +250,63 @@ func TestSARIFURI(t *testing.T) {
 		if got := sarifURI(in); got != want {
 			t.Errorf("sarifURI(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestExclude: --exclude leaves out a directory of a walk, files by glob,
+// and the mapped files of a process under a prefix, and the report says
+// what it left out.
+func TestExclude(t *testing.T) {
+	tree := filepath.Join(fixtures, "tree")
+	res := run(t, &Checker{Exclude: []string{filepath.Join(tree, "deploy")}}, tree)
+	if want := []string{filepath.Join(tree, "Makefile")}; !slices.Equal(res.Targets, want) || !slices.Equal(res.Excluded, []string{filepath.Join(tree, "deploy")}) {
+		t.Errorf("directory: targets %v, excluded %v", res.Targets, res.Excluded)
+	}
+	res = run(t, &Checker{Exclude: []string{"*.yaml"}}, tree)
+	if want := []string{filepath.Join(tree, "Makefile")}; !slices.Equal(res.Targets, want) || len(res.Excluded) != 1 {
+		t.Errorf("glob: targets %v, excluded %v", res.Targets, res.Excluded)
+	}
+	var out, errb bytes.Buffer
+	if code := Main([]string{tree, "--exclude", filepath.Join(tree, "deploy")}, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "in 1 target (1 excluded by --exclude)\n") {
+		t.Errorf("Main: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	// Everything excluded is not "0 targets": the user asked for it.
+	if code := Main([]string{"--exclude", "*", tree}, &out, &errb); code != 0 {
+		t.Errorf("all excluded: exit %d\n%s", code, errb.String())
+	}
+
+	// A process: its libc is left out, its executable kept.
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	pid := strconv.Itoa(sleeper.Process.Pid)
+	// The loader maps libc a moment after the exec.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		maps, _ := os.ReadFile("/proc/" + pid + "/maps")
+		if bytes.Contains(maps, []byte("/libc.so")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep maps no libc:\n%s", maps)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := run(t, &Checker{}, pid)
+	libs := 0
+	for _, tg := range all.Targets {
+		if strings.Contains(tg, "/libc.so") {
+			libs++
+		}
+	}
+	res = run(t, &Checker{Exclude: []string{"/usr/lib", "/lib"}}, pid)
+	for _, tg := range res.Targets {
+		if strings.Contains(tg, "/libc.so") {
+			t.Errorf("libc still checked: %v", res.Targets)
+		}
+	}
+	if libs == 0 || len(res.Excluded) < libs || len(res.Targets) != len(all.Targets)-len(res.Excluded) {
+		t.Errorf("without exclude %v; with: targets %v, excluded %v", all.Targets, res.Targets, res.Excluded)
 	}
 }
