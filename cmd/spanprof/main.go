@@ -38,6 +38,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 1
 	}
+	if args[0] == gateCommand {
+		return runGate(args[1:], stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer startCPUProfile(stderr)()  // SPANPROF_CPUPROFILE=FILE profiles spanprof itself

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,9 @@ type recordFlags struct {
 	output          string
 	// format is --format, or the one output's name selects.
 	format string
+	// command is `record -- CMD ARGS…`: started, recorded to its exit.
+	command     []string
+	durationSet bool
 	// goWaitFrequency samples parked goroutines with --off-cpu (gowait).
 	goWaitFrequency int
 	verbose         bool
@@ -94,7 +98,8 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
 	cli.DurationVar(fs, &f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: spanprof record [--pid N]... [--duration 10s] [--frequency 99] [--off-cpu] [--output FILE|-] [--format F]\n\n")
+		fmt.Fprint(fs.Output(), "usage: spanprof record [--pid N]... [--duration 10s] [--frequency 99] [--off-cpu] [--output FILE|-] [--format F] [-- CMD ARGS...]\n\n"+
+			"With a command, spanprof starts it and records it until it exits (or --duration, if given, ends first).\n\n")
 		fs.PrintDefaults()
 	}
 	if err = cli.Parse(fs, args, stdout); err != nil {
@@ -106,8 +111,10 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	if f.debuginfodWait < 0 {
 		return nil, fmt.Errorf("--debuginfod-wait must not be negative, got %v", f.debuginfodWait)
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	f.command = fs.Args()
+	fs.Visit(func(fl *flag.Flag) { f.durationSet = f.durationSet || fl.Name == "duration" })
+	if len(f.command) > 0 && (f.all || len(f.pids) > 0) {
+		return nil, errors.New("a command to run excludes --pid and --all: spanprof records the command it starts")
 	}
 	if f.all && len(f.pids) > 0 {
 		return nil, errors.New("--all and --pid exclude each other")
@@ -164,6 +171,21 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var cmd *gated
+	if len(f.command) > 0 {
+		// Held before its exec until the programs are attached, so the
+		// recording sees it from its first instruction.
+		out := stdout
+		if f.output == "-" {
+			out = stderr // stdout carries the profile
+		}
+		var err error
+		if cmd, err = startGated(f.command, os.Stdin, out, stderr); err != nil {
+			return err
+		}
+		defer cmd.Kill()
+		f.pids = []int{cmd.Pid()}
+	}
 	tracker := proc.NewTracker("/proc", log)
 	defer tracker.Close()
 	s, err := sampler.New(sampler.Options{
@@ -209,18 +231,38 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 	if len(f.pids) > 0 {
 		target = fmt.Sprintf("pid %v", []int(f.pids))
 	}
+	var cmdDone <-chan struct{}
+	if cmd != nil {
+		target = fmt.Sprintf("%s (pid %d)", strings.Join(f.command, " "), cmd.Pid())
+		cmdDone = cmd.done
+	}
 	what := fmt.Sprintf("%d Hz", f.frequency)
 	if f.offCPU {
 		what += fmt.Sprintf(" and off-CPU (threshold %v)", f.offCPUThreshold)
 	}
-	fmt.Fprintf(stderr, "spanprof: recording %s at %s for %v (Ctrl-C stops early)\n", target, what, f.duration)
+	var timeout <-chan time.Time
+	if cmd == nil || f.durationSet {
+		timer := time.NewTimer(f.duration)
+		defer timer.Stop()
+		timeout = timer.C
+		fmt.Fprintf(stderr, "spanprof: recording %s at %s for %v (Ctrl-C stops early)\n", target, what, f.duration)
+	} else {
+		fmt.Fprintf(stderr, "spanprof: recording %s at %s until it exits (Ctrl-C stops early)\n", target, what)
+	}
 	cpuBefore := cpuTimes(f.pids)
+	if cmd != nil {
+		u := cpuBefore[cmd.Pid()]
+		u.name = filepath.Base(f.command[0]) // still the gate until it runs
+		cpuBefore[cmd.Pid()] = u
+		cmd.Run()
+	}
 	start := time.Now()
-	prog := &progress{w: stderr, on: isTerminal(stderr), start: start, total: f.duration}
+	prog := &progress{w: stderr, on: isTerminal(stderr), start: start}
+	if timeout != nil {
+		prog.total = f.duration
+	}
 	nrec := 0
 
-	timer := time.NewTimer(f.duration)
-	defer timer.Stop()
 	alive := time.NewTicker(250 * time.Millisecond)
 	defer alive.Stop()
 	records, procs := s.Records(), s.ProcEvents()
@@ -245,14 +287,18 @@ loop:
 				watch.Seen(e.PID, 0)
 			}
 			c.ProcEvent(e)
-		case <-timer.C:
+		case <-timeout:
+			break loop
+		case <-cmdDone:
+			prog.clear()
+			fmt.Fprintf(stderr, "spanprof: %s\n", cmd.Exited())
 			break loop
 		case <-ctx.Done():
 			prog.clear()
 			fmt.Fprintln(stderr, "spanprof: interrupted, writing what was recorded")
 			break loop
 		case <-alive.C:
-			if len(f.pids) > 0 && !anyAlive(f.pids) {
+			if cmd == nil && len(f.pids) > 0 && !anyAlive(f.pids) {
 				prog.clear()
 				fmt.Fprintln(stderr, "spanprof: every target process exited")
 				break loop
@@ -262,6 +308,15 @@ loop:
 	}
 	prog.clear()
 	end := time.Now()
+	cpuAfter := cpuTimes(f.pids)
+	if cmd != nil {
+		select {
+		case <-cmd.done:
+		default:
+			fmt.Fprintf(stderr, "spanprof: recording ended before %s (pid %d): stopping it\n", f.command[0], cmd.Pid())
+			cmd.Kill()
+		}
+	}
 	s.Stop()
 	// Take everything the kernel wrote before the programs were detached:
 	// the sampler closes both channels once the ring is empty. The timeout
@@ -298,7 +353,12 @@ loop:
 			st.PreExec, plural(int(st.PreExec), "sample was", "samples were"), st.PreExecAttributed)
 	}
 	if len(prof.Samples) == 0 {
-		return nothingRecorded(f.pids, cpuBefore, end.Sub(start), f.offCPU, totalLost(prof.Lost))
+		if cmd != nil && cmd.cmd.ProcessState != nil && !cpuAfter[cmd.Pid()].ok {
+			// Exited and reaped: its own rusage tells its CPU time.
+			ps := cmd.cmd.ProcessState
+			cpuAfter[cmd.Pid()] = cpuUse{cpu: cpuBefore[cmd.Pid()].cpu + ps.UserTime() + ps.SystemTime(), ok: true}
+		}
+		return nothingRecorded(f.pids, cpuBefore, cpuAfter, end.Sub(start), f.offCPU, totalLost(prof.Lost))
 	}
 	switch f.output {
 	case "":

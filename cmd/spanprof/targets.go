@@ -42,21 +42,28 @@ func resolveTargets(procRoot string, ids []int, stderr io.Writer) ([]int, error)
 	return pids, nil
 }
 
-// cpuTimes reads the CPU time of each target, to tell later whether an
-// empty recording means idle targets.
-func cpuTimes(pids []int) map[int]uint64 {
-	m := map[int]uint64{}
+// cpuUse is what /proc says of a target at one moment.
+type cpuUse struct {
+	name string
+	cpu  time.Duration
+	ok   bool // false once the process is gone
+}
+
+// cpuTimes reads the CPU time of each target, to tell whether an empty
+// recording means idle targets.
+func cpuTimes(pids []int) map[int]cpuUse {
+	m := map[int]cpuUse{}
 	for _, pid := range pids {
-		if t, ok := proc.CPUTime("/proc", pid); ok {
-			m[pid] = t
-		}
+		t, ok := proc.CPUTime("/proc", pid)
+		m[pid] = cpuUse{name: proc.Comm("/proc", pid), cpu: time.Duration(t) * time.Second / clockTicks, ok: ok}
 	}
 	return m
 }
 
 // nothingRecorded is the error of a recording without a sample, with the
-// reason as far as it can be told.
-func nothingRecorded(pids []int, before map[int]uint64, took time.Duration, offCPU bool, lost uint64) error {
+// reason as far as it can be told from the targets' CPU time before and
+// after.
+func nothingRecorded(pids []int, before, after map[int]cpuUse, took time.Duration, offCPU bool, lost uint64) error {
 	took = took.Round(100 * time.Millisecond)
 	if lost > 0 {
 		return fmt.Errorf("nothing recorded in %v: all %d samples were lost (see the counters above)", took, lost)
@@ -66,16 +73,15 @@ func nothingRecorded(pids []int, before map[int]uint64, took time.Duration, offC
 	}
 	var idle, ran []string
 	for _, pid := range pids {
-		name := fmt.Sprintf("%d (%s)", pid, proc.Comm("/proc", pid))
-		t0, ok0 := before[pid]
-		t1, ok1 := proc.CPUTime("/proc", pid)
+		b, a := before[pid], after[pid]
+		name := fmt.Sprintf("%d (%s)", pid, b.name)
 		switch {
-		case !ok0 || !ok1:
-			ran = append(ran, name+" exited")
-		case t1 == t0:
+		case !b.ok || !a.ok:
+			ran = append(ran, name+" exited before its CPU time could be read")
+		case a.cpu == b.cpu:
 			idle = append(idle, name)
 		default:
-			ran = append(ran, fmt.Sprintf("%s used %v of CPU", name, time.Duration(t1-t0)*time.Second/clockTicks))
+			ran = append(ran, fmt.Sprintf("%s used %v of CPU", name, (a.cpu-b.cpu).Round(time.Millisecond)))
 		}
 	}
 	if len(ran) == 0 {
@@ -105,7 +111,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 // progress rewrites one status line on a terminal: samples so far and
-// the time left.
+// the time left (the time so far when recording until a command exits).
 type progress struct {
 	w     io.Writer
 	on    bool
@@ -115,6 +121,10 @@ type progress struct {
 
 func (p *progress) show(samples int) {
 	if !p.on {
+		return
+	}
+	if p.total == 0 { // until a command exits
+		fmt.Fprintf(p.w, "\r\033[Kspanprof: %d %s, %v so far", samples, plural(samples, "sample", "samples"), time.Since(p.start).Round(time.Second))
 		return
 	}
 	left := max(0, p.total-time.Since(p.start)).Round(time.Second)

@@ -326,3 +326,39 @@ func TestCheckUnreadableProcess(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 }
+
+// TestRecordCommand: `record -- CMD ARGS` starts the command, records it
+// from its start to its exit (not for the default 10s), passes its output
+// through and says how it ended.
+func TestRecordCommand(t *testing.T) {
+	requireRoot(t)
+	out := filepath.Join(t.TempDir(), "p.folded")
+	start := time.Now()
+	stdout, stderr, code := runSpanprof(t, "record", "--output", out, "--", filepath.Join(fixtures, "gofix"), "1500")
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "until it exits") || !strings.Contains(stderr, "spanprof: gofix exited\n") {
+		t.Errorf("stderr does not say the recording followed the command:\n%s", stderr)
+	}
+	if !strings.HasPrefix(stdout, "ready ") {
+		t.Errorf("the command's output was not passed through: %q", stdout)
+	}
+	// 1.5s of one spinning thread at 99 Hz: about 148 samples.
+	if n := foldedSamples(t, out, "main.spinInner"); n < 100 {
+		t.Errorf("%d samples in main.spinInner, want ~148", n)
+	}
+	if took > 8*time.Second {
+		t.Errorf("took %v: the recording did not end with the command", took)
+	}
+
+	_, stderr, code = runSpanprof(t, "record", "--", "no-such-command-spanprof")
+	if code != 1 || !strings.Contains(stderr, `start no-such-command-spanprof: exec: "no-such-command-spanprof": executable file not found`) {
+		t.Errorf("missing command: exit %d, %q", code, stderr)
+	}
+	_, stderr, code = runSpanprof(t, "record", "--pid", "1", "--", "true")
+	if code != 1 || !strings.Contains(stderr, "excludes --pid") {
+		t.Errorf("--pid with a command: exit %d, %q", code, stderr)
+	}
+}
