@@ -185,9 +185,14 @@ func (c *Checker) checkArg(arg string, res *Result) error {
 	if kind := classify(arg); kind != "" {
 		return c.checkText(kind, arg, res)
 	}
+	if looksLikeCollector(arg) {
+		// Named on the command line under any name (my-config.yaml): what
+		// it holds says what it is; walks still go by name only.
+		return c.checkText(kindCollector, arg, res)
+	}
 	info, err := c.elf(arg)
 	if errors.Is(err, ErrNotELF) {
-		return fmt.Errorf("check %s: not an ELF file, build file, collector config or *.bpf.c", arg)
+		return fmt.Errorf("check %s: not an ELF file, build file, collector config (a YAML file with receivers and service) or *.bpf.c", arg)
 	}
 	if err != nil {
 		return err
@@ -320,4 +325,25 @@ func (c *Checker) checkPID(pid int, res *Result) error {
 			"no mapped file exports otel_thread_ctx_v1 or spanprof_set_trace_context, the executable does not use %s, and there is no OTEL_CTX mapping", SDKModule))
 	}
 	return nil
+}
+
+// looksLikeCollector reports whether a .yaml/.yml file is a collector
+// configuration (top-level receivers and service) or a Kubernetes
+// ConfigMap holding one, whatever its name.
+func looksLikeCollector(path string) bool {
+	lower := strings.ToLower(path)
+	if !strings.HasSuffix(lower, ".yaml") && !strings.HasSuffix(lower, ".yml") {
+		return false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	top := map[string]bool{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if k, _, ok := strings.Cut(line, ":"); ok && k != "" && !strings.ContainsAny(k[:1], " \t#-") {
+			top[strings.TrimSpace(k)] = true
+		}
+	}
+	return top["receivers"] && top["service"] || top["kind"] && strings.Contains(string(data), "receivers:")
 }

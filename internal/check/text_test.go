@@ -310,3 +310,24 @@ func TestExclude(t *testing.T) {
 		t.Errorf("without exclude %v; with: targets %v, excluded %v", all.Targets, res.Targets, res.Excluded)
 	}
 }
+
+// TestCollectorByContent: a collector config named on the command line
+// under any name is recognised by what it holds; other YAML is refused.
+func TestCollectorByContent(t *testing.T) {
+	dir := t.TempDir()
+	good, err := os.ReadFile(filepath.Join(fixtures, "collector", "otel-http-only.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(dir, "my-config.yaml")
+	other := filepath.Join(dir, "values.yaml")
+	os.WriteFile(mine, good, 0o644)
+	os.WriteFile(other, []byte("replicas: 2\nservice:\n  port: 80\n"), 0o644)
+	res := run(t, &Checker{}, mine)
+	if got := ruleSet(res.Findings, false); !slices.Equal(got, []string{"collector-otlp-no-grpc"}) {
+		t.Errorf("my-config.yaml: %v", got)
+	}
+	if _, err := (&Checker{}).Run([]string{other}); err == nil || !strings.Contains(err.Error(), "not an ELF file, build file, collector config") {
+		t.Errorf("values.yaml: %v", err)
+	}
+}
