@@ -108,7 +108,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	go s.Run()
 	// Everything that needs more than reading other processes and
 	// attaching uprobes is done: keep only that.
-	if kept, err := dropCapabilities(runtimeCapabilities()); err != nil {
+	keep := runtimeCapabilities()
+	if a.AttachesJVMs() {
+		keep = append(keep, jvmAttachCapabilities...)
+	}
+	if kept, err := dropCapabilities(keep); err != nil {
 		log.Warn("keeping start-up capabilities", "error", err)
 	} else {
 		log.Info("dropped capabilities not needed after start-up", "kept", fmt.Sprint(kept))

@@ -19,6 +19,8 @@ package main
 //	CAP_SYS_ADMIN         only on kernels without CAP_BPF (before 5.8),
 //	                      where it stands for CAP_BPF+CAP_PERFMON
 //
+// Both keep jvmAttachCapabilities too while they ask JVMs for their perf
+// maps (not with --no-jvm-perfmap or symbolization.no_jvm_perfmap).
 // `record` drops the same way after attaching, keeping CAP_DAC_OVERRIDE
 // too when it writes a file (see dropRecordCapabilities).
 //
@@ -61,6 +63,10 @@ type capability uint
 const (
 	capDacOverride       capability = 1
 	capDacReadSearch     capability = 2
+	capChown             capability = 0
+	capKill              capability = 5
+	capSetgid            capability = 6
+	capSetuid            capability = 7
 	capSetpcap           capability = 8
 	capSysPtrace         capability = 19
 	capSysAdmin          capability = 21
@@ -106,10 +112,13 @@ func lastCap() capability {
 // programs are attached: record needs what the agent needs, and, when it
 // writes a file, CAP_DAC_OVERRIDE to create it where it was asked (a
 // directory of the user who ran sudo, say).
-func dropRecordCapabilities(output bool, log *slog.Logger) {
+func dropRecordCapabilities(output, attachJVMs bool, log *slog.Logger) {
 	keep := runtimeCapabilities()
 	if output {
 		keep = append(keep, capDacOverride)
+	}
+	if attachJVMs {
+		keep = append(keep, jvmAttachCapabilities...)
 	}
 	if kept, err := dropCapabilities(keep); err != nil {
 		log.Warn("keeping start-up capabilities", "error", err)
@@ -117,6 +126,11 @@ func dropRecordCapabilities(output bool, log *slog.Logger) {
 		log.Debug("dropped capabilities not needed after start-up", "kept", fmt.Sprint(kept))
 	}
 }
+
+// jvmAttachCapabilities are what asking a JVM of another user for its
+// perf map takes (internal/jvm): the trigger file in its working
+// directory, owned by it, SIGQUIT, and its ids at connect.
+var jvmAttachCapabilities = []capability{capDacOverride, capChown, capKill, capSetuid, capSetgid}
 
 // runtimeCapabilities is what the agent keeps after start-up on this
 // kernel (see the comment at the top of the file).

@@ -62,6 +62,8 @@ type recordFlags struct {
 	symbolize      symbolize.Mode
 	debugDirs      stringList
 	debuginfodWait time.Duration
+	// noJVMPerfmap: do not attach to JVMs for their perf maps (internal/jit).
+	noJVMPerfmap bool
 }
 
 // stringList is a repeatable string flag.
@@ -96,6 +98,7 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
 	mode := fs.String("symbolize", "", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories, offline; full: also debuginfod (DEBUGINFOD_URLS) (default full when DEBUGINFOD_URLS is set, else local)")
 	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
+	fs.BoolVar(&f.noJVMPerfmap, "no-jvm-perfmap", false, "do not ask running JVMs (HotSpot attach, Compiler.perfmap) to write /tmp/perf-PID.map; Java frames then stay addresses unless the JVM writes the map itself")
 	cli.DurationVar(fs, &f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: spanprof record [--pid N]... [--duration 10s] [--frequency 99] [--off-cpu] [--output FILE|-] [--format F] [-- CMD ARGS...]\n\n"+
@@ -206,6 +209,8 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	c := newCollector(f.frequency, log, tracker, watch, sym)
+	stopJIT := sym.jit.Start()
+	defer stopJIT()
 	// Targets named on the command line are inspected before the first
 	// sample, so their first samples already carry span ids.
 	for _, pid := range f.pids {
@@ -225,7 +230,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	go s.Run()
-	dropRecordCapabilities(f.output != "", log)
+	dropRecordCapabilities(f.output != "", sym.jit.JVMs != nil, log)
 
 	target := "all processes"
 	if len(f.pids) > 0 {
@@ -274,6 +279,7 @@ loop:
 				break loop // the reader ended; what it read is kept
 			}
 			watch.Seen(r.PID, 2*time.Second)
+			sym.jit.Seen(r.PID)
 			c.Add(r)
 			nrec++
 		case e, ok := <-procs:
@@ -329,7 +335,9 @@ loop:
 		log.Warn("read counters", "error", err)
 	}
 	sym.prepare(ctx, c, stderr)
+	sym.jit.Final()
 	prof := c.Build(end)
+	reportJIT(sym.jit, log, stderr)
 	sym.report(log)
 	prof.Lost = lostCounts(counters)
 	goWait.merge(prof)

@@ -22,8 +22,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to serve the UI on (loopback by default: the UI has no authentication)")
 	verbose := fs.Bool("v", false, "verbose logs on stderr")
+	lf := liveFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: spanprof serve [--listen 127.0.0.1:7070] FILE...\n\nFILE is a .otlp.json, .otlp.pb or .pb.gz profile (spanprof record --output).")
+		fmt.Fprintln(fs.Output(), "usage: spanprof serve [--listen 127.0.0.1:7070] [--otlp-listen 127.0.0.1:4317] [FILE...]\n\nFILE is a .otlp.json, .otlp.pb or .pb.gz profile (spanprof record --output).")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stdout); err != nil {
@@ -38,7 +39,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := serve(ctx, *listen, fs.Args(), stdout, log); err != nil {
+	run := serve
+	if lf.listen != "" {
+		run = lf.serve
+	}
+	if err := run(ctx, *listen, fs.Args(), stdout, log); err != nil {
 		fmt.Fprintf(stderr, "spanprof serve: %v\n", err)
 		return 1
 	}

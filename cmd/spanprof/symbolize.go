@@ -9,6 +9,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/debuginfod"
+	"github.com/spanprof/spanprof/internal/jit"
 	"github.com/spanprof/spanprof/internal/perfmap"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
@@ -21,10 +22,13 @@ type symbolization struct {
 	perfMaps   *perfmap.Cache
 	debuginfod *debuginfod.Client // nil unless --symbolize=full with servers
 	wait       time.Duration
+	jit        *jit.Maps
 }
 
 func newSymbolization(f *recordFlags, log *slog.Logger, stderr io.Writer) (*symbolization, error) {
-	s := &symbolization{mode: f.symbolize, perfMaps: perfmap.New(perfmap.Options{}), wait: f.debuginfodWait}
+	s := &symbolization{mode: f.symbolize, wait: f.debuginfodWait}
+	s.jit = jit.New(!f.noJVMPerfmap && f.symbolize != symbolize.ModeNone, log)
+	s.perfMaps = s.jit.Cache
 	opts := symbolize.Options{Mode: f.symbolize, DebugDirs: append([]string{}, f.debugDirs...)}
 	opts.DebugDirs = append(opts.DebugDirs, "/usr/lib/debug")
 	if f.symbolize == symbolize.ModeFull {

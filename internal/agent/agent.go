@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spanprof/spanprof/internal/perfmap"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/jit"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
@@ -81,7 +81,7 @@ type Agent struct {
 	collector *collect.Collector
 	corr      Correlator
 	goWait    interface{ Merge(*profile.Profile) }
-	perfMaps  *perfmap.Cache
+	jit       *jit.Maps
 	sym       *symbolize.Symbolizer
 	exporters []*Exporter
 	// unnamedSaid is set once the unnamed frames were reported.
@@ -161,7 +161,7 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.perfMaps, a.sym = sym.perfMaps, sym.symbolizer
+	a.jit, a.sym = sym.jit, sym.symbolizer
 	a.symMode, a.debuginfodSet = sym.mode, sym.urls > 0
 	collOpts := collect.Options{Frequency: cfg.Frequency, Tracker: opts.Tracker, Logger: log,
 		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
@@ -224,6 +224,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 	return a, nil
 }
 
+// AttachesJVMs reports whether the agent asks JVMs for their perf maps,
+// which needs the capabilities of cmd/spanprof's jvmAttachCapabilities.
+func (a *Agent) AttachesJVMs() bool { return a.jit.JVMs != nil }
+
 // Symbolizer returns the symbolizer the agent builds its reports with,
 // for the goroutine-wait sampler to share (gowait.Sampler.SetSymbolizer).
 func (a *Agent) Symbolizer() *symbolize.Symbolizer { return a.sym }
@@ -253,6 +257,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		"report_interval", a.cfg.Export.ReportInterval, "host", a.hostName)
 	ticker := time.NewTicker(a.cfg.Export.ReportInterval)
 	defer ticker.Stop()
+	stopJIT := a.jit.Start()
+	defer stopJIT()
 	records, procs := a.src.Records(), a.src.ProcEvents()
 	for ctx.Err() == nil {
 		select {
@@ -323,13 +329,15 @@ func (a *Agent) add(r *sampler.Record) {
 	if a.corr != nil {
 		a.corr.Seen(r.PID, rescanAfter)
 	}
+	a.jit.Seen(r.PID)
 	a.collector.Add(r)
 }
 
 func (a *Agent) procEvent(e sampler.ProcEvent) {
 	delete(a.match, e.PID) // an exec may change the executable
 	if e.Exit {
-		a.perfMaps.Forget(e.PID)
+		// Its JIT names answer until the report after the exit.
+		a.jit.Exited(e.PID)
 	}
 	if a.corr != nil {
 		if e.Exit {
@@ -370,6 +378,9 @@ func (a *Agent) wanted(pid uint32) bool {
 func (a *Agent) report() {
 	t0 := time.Now()
 	agg := profile.NewAggregator()
+	// A JVM whose samples land in JIT code its map does not cover is
+	// asked once per report (jit.Maps.Round).
+	a.jit.Round()
 	prof := a.collector.Emit(a.now(), agg.Add)
 	// The report is symbolized: DWARF section data loaded for it goes
 	// (the tables built from it stay), and so do the symbol and unwind
@@ -385,6 +396,7 @@ func (a *Agent) report() {
 	}
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
 	a.tracker.ForgetExited()
+	a.jit.ForgetExited()
 	a.retained.Store(int64(a.tracker.Len()))
 	if a.corr != nil {
 		a.corr.ForgetExited()

@@ -196,43 +196,49 @@ func readBatches(t *testing.T, path string) (batches int, out []e2eSample) {
 			t.Fatalf("unmarshal batch: %v", err)
 		}
 		batches++
-		d := pd.Dictionary()
-		str := func(i int32) string { return d.StringTable().At(int(i)) }
-		for _, rp := range pd.ResourceProfiles().All() {
-			res := rp.Resource().Attributes().AsRaw()
-			for _, sp := range rp.ScopeProfiles().All() {
-				for _, prof := range sp.Profiles().All() {
-					kind := str(prof.SampleType().TypeStrindex())
-					for _, s := range prof.Samples().All() {
-						es := e2eSample{kind: kind, attrs: map[string]string{}, resource: res,
-							times: s.TimestampsUnixNano().AsRaw(), values: s.Values().AsRaw(), mappings: map[string]string{}}
-						for _, ai := range s.AttributeIndices().All() {
-							kv := d.AttributeTable().At(int(ai))
-							es.attrs[str(kv.KeyStrindex())] = kv.Value().AsString()
-						}
-						for _, li := range d.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
-							loc := d.LocationTable().At(int(li))
-							for _, ln := range loc.Lines().All() {
-								es.frames = append(es.frames, str(d.FunctionTable().At(int(ln.FunctionIndex())).NameStrindex()))
-							}
-							m := d.MappingTable().At(int(loc.MappingIndex()))
-							for _, ai := range m.AttributeIndices().All() {
-								kv := d.AttributeTable().At(int(ai))
-								if str(kv.KeyStrindex()) == "process.executable.build_id.gnu" {
-									es.mappings[filepath.Base(str(m.FilenameStrindex()))] = kv.Value().AsString()
-								}
-							}
-						}
-						if li := s.LinkIndex(); li != 0 {
-							l := d.LinkTable().At(int(li))
-							tid, sid := l.TraceID(), l.SpanID()
-							es.trace, es.span = hex.EncodeToString(tid[:]), hex.EncodeToString(sid[:])
-						}
-						out = append(out, es)
+		out = appendSamples(out, pd)
+	}
+	return batches, out
+}
+
+// appendSamples decodes the samples of one batch: frames leaf first.
+func appendSamples(out []e2eSample, pd pprofile.Profiles) []e2eSample {
+	d := pd.Dictionary()
+	str := func(i int32) string { return d.StringTable().At(int(i)) }
+	for _, rp := range pd.ResourceProfiles().All() {
+		res := rp.Resource().Attributes().AsRaw()
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				kind := str(prof.SampleType().TypeStrindex())
+				for _, s := range prof.Samples().All() {
+					es := e2eSample{kind: kind, attrs: map[string]string{}, resource: res,
+						times: s.TimestampsUnixNano().AsRaw(), values: s.Values().AsRaw(), mappings: map[string]string{}}
+					for _, ai := range s.AttributeIndices().All() {
+						kv := d.AttributeTable().At(int(ai))
+						es.attrs[str(kv.KeyStrindex())] = kv.Value().AsString()
 					}
+					for _, li := range d.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+						loc := d.LocationTable().At(int(li))
+						for _, ln := range loc.Lines().All() {
+							es.frames = append(es.frames, str(d.FunctionTable().At(int(ln.FunctionIndex())).NameStrindex()))
+						}
+						m := d.MappingTable().At(int(loc.MappingIndex()))
+						for _, ai := range m.AttributeIndices().All() {
+							kv := d.AttributeTable().At(int(ai))
+							if str(kv.KeyStrindex()) == "process.executable.build_id.gnu" {
+								es.mappings[filepath.Base(str(m.FilenameStrindex()))] = kv.Value().AsString()
+							}
+						}
+					}
+					if li := s.LinkIndex(); li != 0 {
+						l := d.LinkTable().At(int(li))
+						tid, sid := l.TraceID(), l.SpanID()
+						es.trace, es.span = hex.EncodeToString(tid[:]), hex.EncodeToString(sid[:])
+					}
+					out = append(out, es)
 				}
 			}
 		}
 	}
-	return batches, out
+	return out
 }

@@ -141,6 +141,11 @@ type Symbolization struct {
 	// Binaries unused for symbolize.DefaultIdleTimeout go whatever the
 	// bound. Default 32.
 	CacheMiB int `yaml:"cache_mib"`
+	// NoJVMPerfmap stops the agent asking running JVMs (HotSpot's attach
+	// mechanism, the diagnostic command Compiler.perfmap) to write
+	// /tmp/perf-PID.map; Java frames then stay addresses unless the JVM
+	// writes the map itself.
+	NoJVMPerfmap bool `yaml:"no_jvm_perfmap"`
 }
 
 // Memory tunes the Go runtime of the agent. GOGC and GOMEMLIMIT in the

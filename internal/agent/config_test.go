@@ -57,6 +57,7 @@ symbolization:
   debug_dirs: [/srv/debug]
   dwarf_cache_dir: /var/cache/spanprof
   cache_mib: 48
+  no_jvm_perfmap: true
 memory:
   gc_percent: 80
   limit_mib: 96
@@ -91,7 +92,7 @@ func TestParseArgsFile(t *testing.T) {
 			ShutdownTimeout: 9 * time.Second,
 		},
 		Symbolization: Symbolization{Mode: "local", DebuginfodURLs: []string{"https://debuginfod.example.org"}, DebugDirs: []string{"/srv/debug"},
-			DWARFCacheDir: "/var/cache/spanprof", CacheMiB: 48},
+			DWARFCacheDir: "/var/cache/spanprof", CacheMiB: 48, NoJVMPerfmap: true},
 		Memory:        Memory{GCPercent: 80, LimitMiB: 96, RingMiB: 4},
 		MetricsListen: "0.0.0.0:9999",
 		HostName:      "node-1",
@@ -159,6 +160,18 @@ func TestParseArgsPrecedence(t *testing.T) {
 			func(t *testing.T, c Config) {
 				if !c.OffCPU || c.OffCPUThreshold != time.Millisecond {
 					t.Errorf("off_cpu %v threshold %v, want true and the flag's 1ms", c.OffCPU, c.OffCPUThreshold)
+				}
+			}},
+		{"no-jvm-perfmap from env and flag", []string{"--no-jvm-perfmap=false"}, map[string]string{"SPANPROF_NO_JVM_PERFMAP": "true"},
+			func(t *testing.T, c Config) {
+				if c.Symbolization.NoJVMPerfmap {
+					t.Error("--no-jvm-perfmap=false did not win over SPANPROF_NO_JVM_PERFMAP=true")
+				}
+			}},
+		{"no-jvm-perfmap from env", nil, map[string]string{"SPANPROF_NO_JVM_PERFMAP": "1"},
+			func(t *testing.T, c Config) {
+				if !c.Symbolization.NoJVMPerfmap {
+					t.Error("SPANPROF_NO_JVM_PERFMAP=1 did not turn the JVM requests off")
 				}
 			}},
 		{"flag false over env true", []string{"--insecure=false"}, map[string]string{"SPANPROF_INSECURE": "true"},

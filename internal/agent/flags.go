@@ -63,6 +63,7 @@ func ParseArgs(args []string, env LookupEnv, help io.Writer) (Config, error) {
 	fs.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default info)")
 	symMode := fs.String("symbolize", "", "none (addresses and build IDs for the backend), local (offline) or full (adds debuginfod) (default full when debuginfod URLs are set, else local)")
 	fs.Var(&debugDirs, "debug-dir", "search `DIR` for separate debug files (repeatable)")
+	noJVMPerfmap := fs.Bool("no-jvm-perfmap", false, "do not ask running JVMs (HotSpot attach, Compiler.perfmap) to write /tmp/perf-PID.map; Java frames then stay addresses unless the JVM writes the map itself")
 	if err := cli.Parse(fs, args, help); err != nil {
 		return cfg, err
 	}
@@ -138,6 +139,9 @@ func ParseArgs(args []string, env LookupEnv, help io.Writer) (Config, error) {
 	if set["debug-dir"] {
 		cfg.Symbolization.DebugDirs = debugDirs
 	}
+	if set["no-jvm-perfmap"] {
+		cfg.Symbolization.NoJVMPerfmap = *noJVMPerfmap
+	}
 	if cfg.MetricsListen == "off" {
 		cfg.MetricsListen = ""
 	}
@@ -200,8 +204,9 @@ func applyEnv(cfg *Config, env LookupEnv) error {
 		}
 	}
 	bools := map[string]*bool{
-		"SPANPROF_INSECURE": &cfg.Export.TLS.Insecure,
-		"SPANPROF_OFF_CPU":  &cfg.OffCPU,
+		"SPANPROF_INSECURE":       &cfg.Export.TLS.Insecure,
+		"SPANPROF_OFF_CPU":        &cfg.OffCPU,
+		"SPANPROF_NO_JVM_PERFMAP": &cfg.Symbolization.NoJVMPerfmap,
 	}
 	for k, p := range bools {
 		if v, ok := env(k); ok {

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spanprof/spanprof/internal/debuginfod"
+	"github.com/spanprof/spanprof/internal/jit"
+	"github.com/spanprof/spanprof/internal/jvm"
 	"github.com/spanprof/spanprof/internal/perfmap"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
@@ -16,6 +18,7 @@ type symbolization struct {
 	mode       symbolize.Mode
 	symbolizer *symbolize.Symbolizer
 	perfMaps   *perfmap.Cache
+	jit        *jit.Maps
 	debuginfod *debuginfod.Client // nil unless mode full with servers
 	urls       int                // debuginfod servers configured
 }
@@ -33,7 +36,10 @@ func newSymbolization(cfg Symbolization, log *slog.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	s := &symbolization{mode: mode, perfMaps: perfmap.New(perfmap.Options{}), urls: len(urls)}
+	// JIT perf maps, and unless turned off the JVMs asked for theirs
+	// (shared with record, internal/jit).
+	j := jit.New(!cfg.NoJVMPerfmap && mode != symbolize.ModeNone, log)
+	s := &symbolization{mode: mode, perfMaps: j.Cache, jit: j, urls: len(urls)}
 	opts := symbolize.Options{Mode: mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug"),
 		DWARFSpillDir: cfg.DWARFCacheDir, MaxBytes: int64(cfg.CacheMiB) << 20}
 	if mode == symbolize.ModeFull {
@@ -64,6 +70,7 @@ func (s *symbolization) register(reg prometheus.Registerer) {
 		return prometheus.NewCounterFunc(opts, func() float64 { return float64(v(s.symbolizer.Stats())) })
 	}
 	const evictedHelp = "Parsed binaries evicted from the cache, by reason: bound (the count or byte bound, or parsed again once a debug file arrived) or idle (unused for the idle timeout)."
+	s.registerJIT(reg)
 	reg.MustRegister(
 		sym("spanprof_symbolize_objects_parsed_total", "Binaries whose symbol tables were parsed.",
 			func(st symbolize.Stats) uint64 { return st.Parsed }),
@@ -95,5 +102,36 @@ func (s *symbolization) register(reg prometheus.Registerer) {
 			func(st debuginfod.Stats) uint64 {
 				return st.NotFound + st.Timeouts + st.HTTPError + st.Invalid + st.Dropped
 			}),
+	)
+}
+
+// registerJIT registers the counters of the JIT perf maps and of the
+// requests to JVMs; all start at 0, and those of the requests stay there
+// with no_jvm_perfmap.
+func (s *symbolization) registerJIT(reg prometheus.Registerer) {
+	pm := func(name, help string, v func(perfmap.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(s.jit.Cache.Stats())) })
+	}
+	const reqHelp = "Requests to JVMs to write their perf map (HotSpot attach, Compiler.perfmap), by result: ok, or failed (no attach listener, timeout, a JVM without the command)."
+	req := func(result string, v func(jvm.PerfMapStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_requests_total", Help: reqHelp,
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(v(s.jit.Stats())) })
+	}
+	reg.MustRegister(
+		req("ok", func(st jvm.PerfMapStats) uint64 { return st.Attaches }),
+		req("failed", func(st jvm.PerfMapStats) uint64 { return st.Failures }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_rate_limited_total",
+			Help: "Scheduled requests to JVMs not made because the JVM was asked less than 5s before."},
+			func() float64 { return float64(s.jit.Stats().Skipped) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_seconds_total",
+			Help: "Time spent attaching to JVMs and waiting for them to write their perf maps."},
+			func() float64 { return s.jit.Stats().Time.Seconds() }),
+		pm("spanprof_perf_map_reads_total", "JIT perf map files (/tmp/perf-PID.map) read or re-read after they changed.",
+			func(st perfmap.Stats) uint64 { return st.Reads }),
+		pm("spanprof_perf_map_bad_lines_total", "Lines of perf map files that did not parse and were skipped.",
+			func(st perfmap.Stats) uint64 { return st.BadLines }),
+		pm("spanprof_perf_map_kept_entries_total", "Entries of earlier versions of rewritten perf maps (a JVM's) kept because no new entry covers their code.",
+			func(st perfmap.Stats) uint64 { return st.Kept }),
 	)
 }

@@ -169,7 +169,12 @@ func runtimeFindings(p *procInfo, target string) []Finding {
 			out = append(out, newFinding("node-no-perf-flags", target, p.exe, 0, "node runs without %s", strings.Join(miss, " and ")))
 		}
 	}
-	if major, minor, ok := pythonVersion(p); ok && (major > 3 || major == 3 && minor >= 12) {
+	major, minor, isPython := pythonVersion(p)
+	if isPython && major == 3 && minor < 12 {
+		out = append(out, newFinding("python-no-perf-support", target, p.exe, 0,
+			"python %d.%d has no -X perf (it came in 3.12), so Python functions are invisible in native stacks", major, minor))
+	}
+	if isPython && (major > 3 || major == 3 && minor >= 12) {
 		on := p.env["PYTHONPERFSUPPORT"] == "1"
 		args := p.argv
 		for i, a := range args {

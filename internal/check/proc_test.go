@@ -72,7 +72,7 @@ func TestProcessRules(t *testing.T) {
 		{name: "python 3.12 without perf", exe: "/usr/bin/python3.12", argv: []string{"python3", "app.py"}, files: []string{ctx}, want: []string{"python-no-perf"}},
 		{name: "python 3.12 -X perf", exe: "/usr/bin/python3.12", argv: []string{"python3", "-X", "perf", "app.py"}, files: []string{ctx}, want: []string{}},
 		{name: "python 3.13 env", exe: "/usr/bin/python3.13", argv: []string{"python3", "app.py"}, env: []string{"PYTHONPERFSUPPORT=1"}, files: []string{ctx}, want: []string{}},
-		{name: "python 3.11 has no trampoline", exe: "/usr/bin/python3.11", argv: []string{"python3", "app.py"}, files: []string{ctx}, want: []string{}},
+		{name: "python 3.11 has no trampoline", exe: "/usr/bin/python3.11", argv: []string{"python3", "-X", "perf", "app.py"}, files: []string{ctx}, want: []string{"python-no-perf-support"}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

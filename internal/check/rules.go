@@ -57,6 +57,8 @@ var Rules = []Rule{
 		"start node with --perf-basic-prof --interpreted-frames-native-stack (or put them in NODE_OPTIONS)"},
 	{"python-no-perf", SevError, "Python 3.12+ runs without the perf trampoline",
 		"start python with -X perf (or set PYTHONPERFSUPPORT=1)"},
+	{"python-no-perf-support", SevWarning, "Python before 3.12 has no perf trampoline: its functions cannot appear in native stacks",
+		"run Python 3.12 or later with -X perf (or PYTHONPERFSUPPORT=1); before 3.12 only the interpreter's C frames (_PyEval_EvalFrameDefault) are seen"},
 	{"mapping-unreadable", SevNote, "a mapped file of a process could not be checked", ""},
 	// Build files.
 	{"cflags-no-frame-pointer", SevError, "C/C++ flags lack -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer",

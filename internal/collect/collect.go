@@ -212,11 +212,42 @@ func (c *Collector) Add(r *sampler.Record) {
 	p := img
 	if p == nil {
 		p = c.opts.Tracker.GetAt(r.PID, r.Time)
+		if p.ExecRead() && needsLibraries(p, r.UserStack) {
+			// Read at its exec, before the loader mapped the
+			// libraries this stack runs in: read again now, while it
+			// lives; on kernels without the VMA iterator nothing
+			// captures them at its exit.
+			before := len(p.Mappings)
+			p = c.opts.Tracker.RereadAfterExec(p)
+			c.log.Debug("process read again after its exec", "pid", r.PID, "mappings", before, "now", len(p.Mappings))
+		}
 	}
 	user, recovered := c.fixLeaf(p, r)
 	if surplus := c.keep(r, user, recovered, orig, img, p.Gen()); surplus != nil {
 		c.opts.Tracker.Unpin(surplus)
 	}
+}
+
+// needsLibraries reports whether a user stack (the ip, then return
+// addresses, looked up a byte earlier) has an address in none of p's
+// mappings and one in its executable: the program runs, so the loader has
+// mapped the libraries it needs, and a read now finds them. A stack of the
+// loader itself, still mapping them, waits.
+func needsLibraries(p *proc.Process, user []uint64) bool {
+	miss, inExe := false, false
+	for i, a := range user {
+		if i > 0 {
+			a--
+		}
+		m := p.Find(a)
+		switch {
+		case m == nil:
+			miss = true
+		case m.Path == p.Exe:
+			inExe = true
+		}
+	}
+	return miss && inExe
 }
 
 // imageGen marks a stack's image number as the generation of its pid's

@@ -105,6 +105,14 @@ type Options struct {
 	MaxBytes int64
 	// MaxProcesses bounds the tables kept. Default 1024.
 	MaxProcesses int
+	// MaxEntries bounds one table, entries of rewritten files kept
+	// included (keep.go). Default 1<<20.
+	MaxEntries int
+	// Miss, when set, is called (without the cache's lock) when an
+	// address of pid is in no entry even after a re-read; it returns
+	// true when it had the map rewritten (jvm.PerfMapper.Refresh), and
+	// the lookup then reads the file again.
+	Miss func(pid uint32) bool
 }
 
 // Stats counts what the cache read.
@@ -113,6 +121,8 @@ type Stats struct {
 	BadLines  uint64 // lines that did not parse
 	Truncated uint64 // files cut at MaxBytes
 	Hits      uint64 // addresses named
+	Kept      uint64 // entries of earlier versions of a rewritten file kept
+	Exited    uint64 // files read after their process exited (Watch)
 }
 
 // Cache reads the map files of processes on demand and re-reads one when
@@ -120,10 +130,12 @@ type Stats struct {
 type Cache struct {
 	opts Options
 
-	mu     sync.Mutex
-	tables map[uint32]*entry
+	mu      sync.Mutex
+	tables  map[uint32]*entry
+	watched map[uint32]*watch
+	exited  map[uint32]bool
 
-	reads, bad, truncated, hits atomic.Uint64
+	reads, bad, truncated, hits, kept, exitReads atomic.Uint64
 }
 
 type entry struct {
@@ -144,18 +156,32 @@ func New(opts Options) *Cache {
 	if opts.MaxProcesses <= 0 {
 		opts.MaxProcesses = 1024
 	}
-	return &Cache{opts: opts, tables: map[uint32]*entry{}}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = 1 << 20
+	}
+	return &Cache{opts: opts, tables: map[uint32]*entry{}, watched: map[uint32]*watch{}, exited: map[uint32]bool{}}
 }
 
 // Stats returns the counts so far.
 func (c *Cache) Stats() Stats {
-	return Stats{Reads: c.reads.Load(), BadLines: c.bad.Load(), Truncated: c.truncated.Load(), Hits: c.hits.Load()}
+	return Stats{Reads: c.reads.Load(), BadLines: c.bad.Load(), Truncated: c.truncated.Load(), Hits: c.hits.Load(),
+		Kept: c.kept.Load(), Exited: c.exitReads.Load()}
 }
 
 // Lookup names addr in process pid. A miss re-reads the map file when it
-// changed since the last read; after the process exited, the last table
-// read keeps answering.
+// changed since the last read, then asks Options.Miss; after the process
+// exited, the last table read keeps answering.
 func (c *Cache) Lookup(pid uint32, addr uint64) (string, bool) {
+	if name, ok := c.lookup(pid, addr); ok || c.opts.Miss == nil {
+		return name, ok
+	}
+	if !c.opts.Miss(pid) {
+		return "", false
+	}
+	return c.lookup(pid, addr)
+}
+
+func (c *Cache) lookup(pid uint32, addr uint64) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.tables[pid]
@@ -182,6 +208,9 @@ func (c *Cache) Lookup(pid uint32, addr uint64) (string, bool) {
 func (c *Cache) refresh(pid uint32, e *entry) *entry {
 	path := c.path(pid)
 	fi, err := os.Stat(path)
+	if err != nil && c.watched[pid] != nil {
+		path, fi, err = c.exitedPath(pid)
+	}
 	if err != nil || !fi.Mode().IsRegular() {
 		return e
 	}
@@ -201,6 +230,9 @@ func (c *Cache) refresh(pid uint32, e *entry) *entry {
 	c.bad.Add(uint64(bad))
 	if err != nil {
 		return e
+	}
+	if e != nil {
+		t = c.keep(t, e.t)
 	}
 	ne := &entry{size: fi.Size(), mtime: fi.ModTime(), t: t}
 	if e == nil && len(c.tables) >= c.opts.MaxProcesses {
@@ -226,6 +258,8 @@ func (c *Cache) evictOldest() {
 func (c *Cache) Forget(pid uint32) {
 	c.mu.Lock()
 	delete(c.tables, pid)
+	delete(c.watched, pid)
+	delete(c.exited, pid)
 	c.mu.Unlock()
 }
 

@@ -26,6 +26,10 @@ type Process struct {
 	// predates the tracker), to tell mappings captured at the exit of an
 	// earlier process of the same pid.
 	execAt time.Time
+	// execReread: the mappings were read again after the exec's first
+	// read (RereadAfterExec), which came before the loader mapped the
+	// libraries.
+	execReread bool
 	// before is the image that exec replaced: the process as read before
 	// it (samples taken inside the exec still run there, and reach the
 	// collector after the exec event that replaced it, see Before), or an
@@ -167,6 +171,14 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	var before *Process
 	if p, ok := t.procs[pid]; ok {
 		if !p.readAt.IsZero() && !p.readAt.Before(at) {
+			if p.execAt.IsZero() {
+				// Read after the exec, for a sample handled before its
+				// report: the new image, maybe before its loader mapped
+				// the libraries (ExecRead). A copy: p may be held.
+				np := *p
+				np.execAt = at
+				t.procs[pid] = &np
+			}
 			return
 		}
 		delete(t.procs, pid)

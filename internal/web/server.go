@@ -78,6 +78,8 @@ func FileSource(path string) (Source, error) {
 // source by default), GET /profile.json?file=NAME (the viewer data) and
 // GET /healthz.
 type Handler struct {
+	// Live makes the pages those of a live window (flamegraph.Page.Live).
+	Live    bool
 	log     *slog.Logger
 	sources []Source
 	names   []string
@@ -158,14 +160,14 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request, jsonOnly bool) {
 	}
 	var buf bytes.Buffer
 	title := "spanprof · " + filepath.Base(src.Name)
-	if err := flamegraph.WritePage(&buf, data, flamegraph.Page{Title: title, Files: h.names, Current: src.Name}); err != nil {
+	if err := flamegraph.WritePage(&buf, data, flamegraph.Page{Title: title, Files: h.names, Current: src.Name, Live: h.Live}); err != nil {
 		h.log.Error("render page", "source", src.Name, "err", err)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	// The page needs nothing from the network; the policy keeps it so.
-	w.Header().Set("Content-Security-Policy", flamegraph.ContentSecurityPolicy)
+	w.Header().Set("Content-Security-Policy", flamegraph.Page{Live: h.Live}.Policy())
 	_, _ = w.Write(buf.Bytes())
 	h.log.Debug("served page", "source", src.Name, "bytes", buf.Len(), "took", time.Since(start))
 }

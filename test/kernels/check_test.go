@@ -112,16 +112,17 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	for _, err := range c.errs {
 		t.Errorf("%s: %v", label, err)
 	}
-	for _, step := range []string{"oncpu", "correlation", "offcpu", "exec", "agent"} {
+	for _, step := range []string{"oncpu", "correlation", "gocorrelation", "offcpu", "exec", "agent"} {
 		if c.results[step] == nil {
 			t.Errorf("%s: step %s did not report", label, step)
 		}
 	}
 	loaded := c.result("oncpu", "loaded") == "1" && c.result("offcpu", "loaded") == "1" &&
-		c.result("exec", "loaded") == "1" && c.result("agent", "loaded") == "1" && c.result("correlation", "rc") == "0"
+		c.result("exec", "loaded") == "1" && c.result("agent", "loaded") == "1" && c.result("correlation", "rc") == "0" &&
+		c.result("gocorrelation", "rc") == "0"
 	add("loaded %v (load %ss)", loaded, c.result("oncpu", "load_s"))
 	if !loaded {
-		for _, l := range []string{"oncpu.log", "corr.log", "offcpu.log", "exec.log", "agent.log"} {
+		for _, l := range []string{"oncpu.log", "corr.log", "gocorr.log", "offcpu.log", "exec.log", "agent.log"} {
 			if b, err := os.ReadFile(c.path(l)); err == nil {
 				t.Logf("%s:\n%s", l, firstLines(string(b), 30))
 			}
@@ -137,7 +138,8 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 		}
 	}
 	checkOnCPU(t, label, c, add)
-	checkCorrelation(t, label, c, add)
+	checkCorrelation(t, label, c, add, "gcc", "truth-corr", "corr.otlp.json")
+	checkCorrelation(t, label, c, add, "go", "truth-go", "gocorr.otlp.json")
 	checkOffCPU(t, label, c, add)
 	checkExec(t, label, c, add)
 	checkAgent(t, label, c, add)
@@ -190,19 +192,21 @@ func checkOnCPU(t *testing.T, label string, c *console, add func(string, ...any)
 	}
 }
 
-func checkCorrelation(t *testing.T, label string, c *console, add func(string, ...any)) {
-	spans, err := truth.ReadSpans(c.path("truth-corr"))
+// checkCorrelation scores one correlation step: the gcc workload (TLS in
+// the executable) or the Go service (goroutine labels).
+func checkCorrelation(t *testing.T, label string, c *console, add func(string, ...any), what, truthFile, otlp string) {
+	spans, err := truth.ReadSpans(c.path(truthFile))
 	if err != nil {
 		t.Errorf("%s: %v", label, err)
 		return
 	}
-	r := truth.MeasureCorrelation(readSamples(t, c, "corr.otlp.json"), spans)
-	add("correlation precision %.4f recall %.4f (%d in span)", r.Precision(), r.Recall(), r.InSpan)
+	r := truth.MeasureCorrelation(readSamples(t, c, otlp), spans)
+	add("%s correlation precision %.4f recall %.4f (%d in span)", what, r.Precision(), r.Recall(), r.InSpan)
 	if r.InSpan < 300 {
-		t.Errorf("%s: only %d samples inside span windows (%s)", label, r.InSpan, r.Ranges())
+		t.Errorf("%s: %s: only %d samples inside span windows (%s)", label, what, r.InSpan, r.Ranges())
 	}
 	if r.Precision() < 0.999 || r.Recall() < 0.99 {
-		t.Errorf("%s: correlation precision %.4f (want ≥ 0.999), recall %.4f (want ≥ 0.99)", label, r.Precision(), r.Recall())
+		t.Errorf("%s: %s correlation precision %.4f (want ≥ 0.999), recall %.4f (want ≥ 0.99)", label, what, r.Precision(), r.Recall())
 	}
 }
 

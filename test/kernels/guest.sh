@@ -99,6 +99,21 @@ correlation() {
 	emit corr.otlp.json "$W/corr.otlp.json"
 }
 
+# Goroutine-label correlation: the SDK-instrumented Go service, recorded
+# for 4 s; it writes its ground truth on SIGTERM. On arm64 the eBPF
+# program reads g from x28, on x86-64 from the thread pointer.
+gocorrelation() {
+	"$R/go-service" -duration 120s -out "$W/truth-go" -gomaxprocs 2 >"$W/go-service.out" 2>&1 &
+	w=$!
+	"$R/spanprof" record --pid $w --frequency $CORR_FREQ --duration 4s --output "$W/gocorr.otlp.json" 2>"$W/gocorr.log"
+	rc=$?
+	kill -TERM $w; wait $w
+	emit gocorr.log "$W/gocorr.log"
+	result gocorrelation rc=$rc
+	emit truth-go "$W/truth-go"
+	emit gocorr.otlp.json "$W/gocorr.otlp.json"
+}
+
 # Off-CPU: the spans fixture's sleeping, futex, pipe and ping-pong spans,
 # started once spanprof records; the recording ends when it exits. Every
 # wait is captured (threshold 1ns): the matrix checks the kernel's part,
@@ -186,7 +201,7 @@ agent() {
 }
 
 result start kernel=$(uname -r) arch=$(uname -m) btf=$([ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0)
-for step in ${STEPS:-oncpu correlation offcpu execexit agent}; do
+for step in ${STEPS:-oncpu correlation gocorrelation offcpu execexit agent}; do
 	t0=$(now)
 	$step
 	result time step=$step s=$(echo "$t0 $(now)" | awk '{print $2-$1}')

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"testing"
 )
 
 // fixtures are the C programs the workload runs, by testdata directory.
@@ -17,17 +16,22 @@ var fixtures = map[string][]string{
 	"offcpu":   {"spans"},
 }
 
-// buildPayload builds spanprof and the sink without cgo for the
-// architecture, and the fixtures with its toolchain, into one directory
-// with guest.sh.
-func buildPayload(t *testing.T, a arch) (string, error) {
-	dir := filepath.Join(t.TempDir(), "payload-"+a.goarch)
+// buildPayload builds spanprof, the sink and the Go service without cgo for
+// the architecture, and the fixtures with its toolchain, into one directory
+// under root with guest.sh.
+func buildPayload(root string, a arch) (string, error) {
+	dir := filepath.Join(root, "payload-"+a.goarch)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	for name, pkg := range map[string]string{"spanprof": "./cmd/spanprof", "sink": "./test/kernels/sink"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Dir = repoRoot
+	// The Go service is a module of its own (testdata/golabels/service).
+	for name, pkg := range map[string][2]string{
+		"spanprof":   {".", "./cmd/spanprof"},
+		"sink":       {".", "./test/kernels/sink"},
+		"go-service": {"testdata/golabels/service", "."},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg[1])
+		cmd.Dir = filepath.Join(repoRoot, pkg[0])
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+a.goarch)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("build %s for %s: %v\n%s", name, a.goarch, err, out)

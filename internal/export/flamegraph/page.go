@@ -27,6 +27,11 @@ var scriptOrder = []string{"data.js", "flame.js", "timeline.js", "app.js"}
 // carries it in a <meta> element and servers send it as a header.
 const ContentSecurityPolicy = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
+// LiveContentSecurityPolicy is the policy of a live page (serve
+// --otlp-listen): the same, plus fetches from its own server, which the
+// page polls for new data.
+const LiveContentSecurityPolicy = ContentSecurityPolicy + "; connect-src 'self'"
+
 // Page describes what surrounds the data in one viewer page.
 type Page struct {
 	// Title is shown in the browser tab and the header.
@@ -36,6 +41,17 @@ type Page struct {
 	Files []string
 	// Current is the entry of Files this page shows.
 	Current string
+	// Live marks a page of a live window: it polls /api/window, links
+	// spans to /trace/TRACE_ID and carries LiveContentSecurityPolicy.
+	Live bool
+}
+
+// Policy returns the Content-Security-Policy of the page.
+func (pg Page) Policy() string {
+	if pg.Live {
+		return LiveContentSecurityPolicy
+	}
+	return ContentSecurityPolicy
 }
 
 // Write writes p as a self-contained HTML page (the `.html` output).
@@ -57,7 +73,8 @@ func WritePage(w io.Writer, data []byte, pg Page) error {
 	meta, err := json.Marshal(struct {
 		Files   []string `json:"files"`
 		Current string   `json:"current"`
-	}{pg.Files, pg.Current})
+		Live    bool     `json:"live,omitempty"`
+	}{pg.Files, pg.Current, pg.Live})
 	if err != nil {
 		return fmt.Errorf("encode page metadata: %w", err)
 	}
@@ -65,7 +82,7 @@ func WritePage(w io.Writer, data []byte, pg Page) error {
 	b.Grow(len(data) + len(js) + len(css) + 4096)
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
 	b.WriteString("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n")
-	fmt.Fprintf(&b, "<meta http-equiv=\"Content-Security-Policy\" content=\"%s\">\n", ContentSecurityPolicy)
+	fmt.Fprintf(&b, "<meta http-equiv=\"Content-Security-Policy\" content=\"%s\">\n", pg.Policy())
 	fmt.Fprintf(&b, "<title>%s</title>\n<style>\n%s</style>\n</head>\n<body>\n", html.EscapeString(pg.Title), css)
 	fmt.Fprintf(&b, body, html.EscapeString(pg.Title))
 	b.WriteString("<script type=\"application/json\" id=\"spanprof-meta\">")

@@ -125,6 +125,16 @@
       cells.forEach((v, i) => {
         const td = tr.insertCell();
         if (i === 1) td.innerHTML = dot;
+        if (i === 0 && meta.live) {
+          // A live window knows the trace's exported spans: link its view.
+          const a = document.createElement('a');
+          a.href = '/trace/' + encodeURIComponent(s.trace);
+          a.className = 'trace-link';
+          a.textContent = v;
+          a.addEventListener('click', (e) => e.stopPropagation());
+          td.appendChild(a);
+          return;
+        }
         td.appendChild(document.createTextNode(v));
       });
       tr.addEventListener('click', () => {
@@ -265,7 +275,40 @@
     });
   }
 
+  // A live window (serve --otlp-listen) polls its counters and reloads
+  // when data arrived, keeping the filters (they live in the URL).
+  function pollLive() {
+    const el = document.createElement('p');
+    el.id = 'live';
+    el.className = 'status';
+    const follow = document.createElement('input');
+    follow.type = 'checkbox';
+    follow.checked = new URLSearchParams(location.search).get('follow') !== '0';
+    const label = document.createElement('label');
+    label.append(follow, ' follow');
+    const text = document.createElement('span');
+    const traces = document.createElement('a');
+    traces.href = '/trace/';
+    traces.textContent = 'traces';
+    el.append(text, ' · ', traces, ' · ', label);
+    $('status').before(el);
+    let seen = null;
+    const tick = () => fetch('/api/window', {cache: 'no-store'}).then((r) => r.json()).then((w) => {
+      text.textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples, ' +
+        w.spans.toLocaleString('en-US') + ' spans, ' + w.traces.toLocaleString('en-US') + ' traces · evicted ' +
+        (w.evicted_samples_size + w.evicted_samples_age).toLocaleString('en-US') + ' samples, ' +
+        (w.evicted_spans_size + w.evicted_spans_age).toLocaleString('en-US') + ' spans' +
+        (w.rejected ? ' · rejected ' + w.rejected + ' exports' : '');
+      root.dataset.liveVersion = String(w.version);
+      if (seen === null) seen = model.version != null ? model.version : w.version;
+      if (w.version !== seen && follow.checked) location.reload();
+    }).catch((err) => { text.textContent = 'live window: ' + err.message; });
+    tick();
+    setInterval(tick, 2000);
+  }
+
   readURL();
+  if (meta.live) pollLive();
   fillFiles();
   fillSelects();
   spanTable();

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/jit"
+)
+
+// reportJIT puts the perf-map counters in the log and, when JVMs were
+// asked for their maps, the count and cost of the requests on stderr.
+func reportJIT(j *jit.Maps, log *slog.Logger, stderr io.Writer) {
+	st := j.Cache.Stats()
+	log.Debug("perf maps", "reads", st.Reads, "named", st.Hits, "bad_lines", st.BadLines,
+		"truncated", st.Truncated, "kept_from_rewrites", st.Kept, "read_after_exit", st.Exited)
+	js := j.Stats()
+	if js.Attaches+js.Failures == 0 {
+		return
+	}
+	fmt.Fprintf(stderr, "spanprof: asked JVMs for their perf maps (Compiler.perfmap) %d times, %d failed, %d more rate-limited; %.1f ms in all, %.1f ms the longest\n",
+		js.Attaches+js.Failures, js.Failures, js.Skipped, ms(js.Time), ms(js.Max))
+}
+
+func ms(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond)
+}

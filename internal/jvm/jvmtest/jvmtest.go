@@ -1,0 +1,93 @@
+// Package jvmtest starts the JVM test program (internal/jvm
+// testdata/Hot.java) for the tests of the packages that ask JVMs for
+// their perf maps.
+package jvmtest
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Options say how to run Hot.java.
+type Options struct {
+	Dir   string              // working directory; default the source's, outside /tmp
+	Cred  *syscall.Credential // run as another user
+	Wrap  []string            // a command that ends by running its arguments (unshare ...)
+	Flags []string            // more JVM flags
+}
+
+// Start runs Hot.java with the given arguments (THREADS [LATE_AFTER_MS])
+// and waits for its workers; it skips the test without java. Hot.work
+// and Hot.late are kept out of their callers by CompileCommand=dontinline,
+// so a sample in them is theirs. The process is killed at cleanup.
+func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
+	t.Helper()
+	if _, err := exec.LookPath("java"); err != nil {
+		t.Skip("no java on PATH")
+	}
+	_, self, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(self), "..", "testdata", "Hot.java")
+	argv := append([]string{"java", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Hot::work",
+		"-XX:CompileCommand=dontinline,Hot::late"}, o.Flags...)
+	argv = append(append(append([]string{}, o.Wrap...), argv...), src)
+	argv = append(argv, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = o.Dir
+	if cmd.Dir == "" {
+		cmd.Dir = filepath.Dir(src)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.Cred}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("java exited before its workers ran: %s", stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("java workers not ready after 60s")
+	}
+	return cmd
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,143 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	_ "google.golang.org/grpc/encoding/gzip" // collectors and agents may compress
+	"google.golang.org/grpc/status"
+
+	"github.com/spanprof/spanprof/internal/export/otlp"
+)
+
+// ErrNotLoopback is returned for an OTLP listen address beyond loopback
+// when remote senders were not allowed.
+var ErrNotLoopback = errors.New("not a loopback address")
+
+// CheckLoopback refuses addr unless its host is loopback (or "localhost").
+// The receiver has no authentication: anyone who reaches it can write into
+// the window the UI shows.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("parse otlp listen address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("otlp listen on %s: %w; the receiver has no authentication, pass --otlp-allow-remote to accept data from other hosts", addr, ErrNotLoopback)
+}
+
+// Receiver is the OTLP/gRPC endpoint: the profiles service (development
+// version, as agents and collectors send it) and the trace service.
+type Receiver struct {
+	store *Store
+	log   *slog.Logger
+	srv   *grpc.Server
+}
+
+// NewReceiver returns a receiver writing into store.
+func NewReceiver(store *Store, log *slog.Logger) *Receiver {
+	r := &Receiver{store: store, log: log}
+	// Profiles of a busy host exceed gRPC's 4 MiB default; the agent
+	// caps its own requests, a collector may batch more.
+	r.srv = grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	pprofileotlp.RegisterGRPCServer(r.srv, &profilesServer{r: r})
+	ptraceotlp.RegisterGRPCServer(r.srv, &tracesServer{r: r})
+	return r
+}
+
+// Serve accepts on ln until ctx ends, applying the age limit every second
+// so an idle window ages out too.
+func (r *Receiver) Serve(ctx context.Context, ln net.Listener) error {
+	done := make(chan error, 1)
+	go func() { done <- r.srv.Serve(ln) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return fmt.Errorf("serve otlp: %w", err)
+		case <-tick.C:
+			r.store.Evict()
+		case <-ctx.Done():
+			stopped := make(chan struct{})
+			go func() { r.srv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				r.srv.Stop()
+			}
+			return nil
+		}
+	}
+}
+
+type profilesServer struct {
+	pprofileotlp.UnimplementedGRPCServer
+	r *Receiver
+}
+
+func (s *profilesServer) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	p, err := otlp.FromProfiles(req.Profiles())
+	if errors.Is(err, otlp.ErrNoProfiles) {
+		return pprofileotlp.NewExportResponse(), nil
+	}
+	if err != nil {
+		s.r.store.Reject()
+		s.r.log.Warn("reject otlp profiles", "err", err)
+		return pprofileotlp.NewExportResponse(), status.Error(codes.InvalidArgument, err.Error())
+	}
+	s.r.store.AddProfile(p)
+	s.r.log.Debug("received profiles", "samples", len(p.Samples), "processes", len(p.Processes))
+	return pprofileotlp.NewExportResponse(), nil
+}
+
+type tracesServer struct {
+	ptraceotlp.UnimplementedGRPCServer
+	r *Receiver
+}
+
+func (s *tracesServer) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	spans := SpansFromTraces(req.Traces())
+	s.r.store.AddSpans(spans)
+	s.r.log.Debug("received spans", "spans", len(spans))
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+// SpansFromTraces flattens an OTLP trace export into spans, taking the
+// service from each resource's service.name.
+func SpansFromTraces(td ptrace.Traces) []Span {
+	var out []Span
+	for _, rs := range td.ResourceSpans().All() {
+		service := ""
+		if v, ok := rs.Resource().Attributes().Get("service.name"); ok {
+			service = v.AsString()
+		}
+		for _, ss := range rs.ScopeSpans().All() {
+			for _, sp := range ss.Spans().All() {
+				out = append(out, Span{
+					TraceID:      [16]byte(sp.TraceID()),
+					SpanID:       [8]byte(sp.SpanID()),
+					ParentSpanID: [8]byte(sp.ParentSpanID()),
+					Name:         sp.Name(),
+					Service:      service,
+					Kind:         sp.Kind().String(),
+					Start:        sp.StartTimestamp().AsTime(),
+					End:          sp.EndTimestamp().AsTime(),
+					Status:       sp.Status().Code().String(),
+				})
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+// Command goservice is the Go side of the trace view test: an
+// OpenTelemetry SDK service (spans exported over OTLP/gRPC to -endpoint)
+// that publishes its spans to the profiler through sdk/go. For each line
+// "req CPU_MS SLEEP_MS" on stdin it runs a trace:
+//
+//	handle request
+//	├── go cpu       burns CPU_MS of thread CPU time
+//	├── go sleep     time.Sleep(SLEEP_MS)
+//	└── call c-service   prints "call TRACE_ID SPAN_ID", waits for "ok"
+//
+// and prints the ground truth of each span ("truth SPAN_ID NAME CPU_NS
+// SLEEP_NS"), then "done TRACE_ID" once the spans are exported.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	spanprof "github.com/spanprof/spanprof/sdk/go"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var sink uint64
+
+//go:noinline
+func burn(d time.Duration) time.Duration {
+	start := threadCPU()
+	for threadCPU()-start < d {
+		for i := 0; i < 20000; i++ {
+			sink = sink*6364136223846793005 + 1
+		}
+	}
+	return threadCPU() - start
+}
+
+//go:noinline
+func rest(d time.Duration) time.Duration {
+	start := time.Now()
+	time.Sleep(d)
+	return time.Since(start)
+}
+
+func main() {
+	endpoint := flag.String("endpoint", "127.0.0.1:4317", "OTLP/gRPC endpoint for spans")
+	flag.Parse()
+	ctx := context.Background()
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(*endpoint), otlptracegrpc.WithInsecure())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goservice: create exporter:", err)
+		os.Exit(1)
+	}
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("go-service"))))
+	tr := spanprof.NewTracerProvider(sdk).Tracer("goservice")
+	// One thread, so thread CPU time is the span's CPU time.
+	runtime.LockOSThread()
+	fmt.Printf("ready %d\n", os.Getpid())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var cpuMS, sleepMS int
+		if _, err := fmt.Sscanf(in.Text(), "req %d %d", &cpuMS, &sleepMS); err != nil {
+			fmt.Fprintln(os.Stderr, "goservice: bad request line:", in.Text())
+			os.Exit(1)
+		}
+		rctx, root := tr.Start(ctx, "handle request")
+		_, s := tr.Start(rctx, "go cpu")
+		cpu := burn(time.Duration(cpuMS) * time.Millisecond)
+		s.End()
+		fmt.Printf("truth %s go-cpu %d 0\n", s.SpanContext().SpanID(), cpu.Nanoseconds())
+		_, s = tr.Start(rctx, "go sleep")
+		slept := rest(time.Duration(sleepMS) * time.Millisecond)
+		s.End()
+		fmt.Printf("truth %s go-sleep 0 %d\n", s.SpanContext().SpanID(), slept.Nanoseconds())
+		_, s = tr.Start(rctx, "call c-service", trace.WithSpanKind(trace.SpanKindClient))
+		fmt.Printf("call %s %s\n", s.SpanContext().TraceID(), s.SpanContext().SpanID())
+		if !in.Scan() || in.Text() != "ok" {
+			os.Exit(1)
+		}
+		s.End()
+		root.End()
+		if err := sdk.ForceFlush(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "goservice: export spans:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("done %s\n", root.SpanContext().TraceID())
+	}
+	_ = sdk.Shutdown(ctx)
+}
