@@ -24,8 +24,11 @@ all: build
 
 # Without cgo: a static binary that runs in any image. A plain go build
 # (cgo when gcc is there) drops capabilities as well (privileges.go).
+# The version `spanprof version` and spanprof_build_info report.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/spanprof
+	CGO_ENABLED=0 $(GO) build -ldflags "-X github.com/spanprof/spanprof/internal/cli.version=$(VERSION)" -o $(BIN) ./cmd/spanprof
 
 deps:
 	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null \

@@ -23,8 +23,8 @@ import (
 
 // runAgent is `spanprof agent`: configuration errors and missing
 // privileges end it with one line on stderr and exit code 1.
-func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
-	cfg, err := agent.ParseArgs(args, os.LookupEnv, stderr)
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := agent.ParseArgs(args, os.LookupEnv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

@@ -8,10 +8,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/spanprof/spanprof/internal/check"
+	"github.com/spanprof/spanprof/internal/cli"
 )
+
+var commands = []string{"record", "agent", "check", "serve", "version", "help"}
 
 const usage = `usage: spanprof <command> [flags]
 
@@ -20,8 +24,9 @@ commands:
   agent    run continuously and export OTLP to a collector
   check    verify frame pointers, build IDs and context publishing
   serve    local web UI for profile files
+  version  print the version and build of this binary
 
-Run 'spanprof <command> -h' for the flags of a command.
+Run 'spanprof help <command>' for the flags of a command.
 `
 
 func main() {
@@ -33,6 +38,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 1
 	}
+	if args[0] == gateCommand {
+		return runGate(args[1:], stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer startCPUProfile(stderr)()  // SPANPROF_CPUPROFILE=FILE profiles spanprof itself
@@ -43,14 +51,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "agent":
-		return runAgent(ctx, args[1:], stderr)
+		return runAgent(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check.Main(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, cli.Info())
+		return 0
+	case "help", "-h", "--help":
+		// "help record" is "record -h".
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" && slices.Contains(commands, args[1]) {
+			return run([]string{args[1], "-h"}, stdout, stderr)
+		}
+		if len(args) > 1 && args[0] == "help" {
+			fmt.Fprintf(stderr, "spanprof help: unknown command %q%s\n", args[1], didYouMean(args[1]))
+			return 1
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "spanprof: unknown command %q\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "spanprof: unknown command %q%s\nRun 'spanprof help' for the commands.\n", args[0], didYouMean(args[0]))
 		return 1
 	}
+}
+
+func didYouMean(word string) string {
+	if s := cli.Suggest(word, commands); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return ""
 }

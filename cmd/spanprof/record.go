@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/cli"
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/debuginfod"
@@ -48,6 +50,11 @@ type recordFlags struct {
 	// offCPUThreshold tunes off-CPU sampling (sampler.OffCPUOptions).
 	offCPUThreshold time.Duration
 	output          string
+	// format is --format, or the one output's name selects.
+	format string
+	// command is `record -- CMD ARGS…`: started, recorded to its exit.
+	command     []string
+	durationSet bool
 	// goWaitFrequency samples parked goroutines with --off-cpu (gowait).
 	goWaitFrequency int
 	verbose         bool
@@ -72,27 +79,33 @@ func (l *stringList) Set(s string) error {
 	return nil
 }
 
-func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
+func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, error) {
 	f := &recordFlags{}
 	var err error
 	fs := flag.NewFlagSet("spanprof record", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&f.pids, "pid", "profile this process (repeatable; default: all processes)")
 	fs.BoolVar(&f.all, "all", false, "profile every process (the default without --pid)")
-	fs.DurationVar(&f.duration, "duration", 10*time.Second, "how long to record")
+	cli.DurationVar(fs, &f.duration, "duration", 10*time.Second, "how long to record")
 	fs.IntVar(&f.frequency, "frequency", 99, "on-CPU samples per second per CPU")
 	fs.BoolVar(&f.offCPU, "off-cpu", false, "also record off-CPU time (sched_switch)")
-	fs.DurationVar(&f.offCPUThreshold, "off-cpu-threshold", sampler.DefaultOffCPUThreshold,
+	cli.DurationVar(fs, &f.offCPUThreshold, "off-cpu-threshold", sampler.DefaultOffCPUThreshold,
 		"off-CPU sampling: threads switching out less often than this are recorded exactly, others in proportion, with unbiased weights; 1ns records every wait")
 	fs.IntVar(&f.goWaitFrequency, "go-wait-frequency", gowait.DefaultFrequency,
 		"with --off-cpu: samples per second of the parked goroutines of Go processes (0: off)")
-	fs.StringVar(&f.output, "output", "", "write to FILE; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
+	fs.StringVar(&f.output, "output", "", "write to FILE, - for stdout; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
+	fs.StringVar(&f.format, "format", "", "output format, whatever the file name: "+strings.Join(export.Formats(), ", ")+" (needed for --output -)")
 	fs.BoolVar(&f.verbose, "v", false, "verbose logs on stderr")
 	mode := fs.String("symbolize", "", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories, offline; full: also debuginfod (DEBUGINFOD_URLS) (default full when DEBUGINFOD_URLS is set, else local)")
 	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
 	fs.BoolVar(&f.noJVMPerfmap, "no-jvm-perfmap", false, "do not ask running JVMs (HotSpot attach, Compiler.perfmap) to write /tmp/perf-PID.map; Java frames then stay addresses unless the JVM writes the map itself")
-	fs.DurationVar(&f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
-	if err = fs.Parse(args); err != nil {
+	cli.DurationVar(fs, &f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: spanprof record [--pid N]... [--duration 10s] [--frequency 99] [--off-cpu] [--output FILE|-] [--format F] [-- CMD ARGS...]\n\n"+
+			"With a command, spanprof starts it and records it until it exits (or --duration, if given, ends first).\n\n")
+		fs.PrintDefaults()
+	}
+	if err = cli.Parse(fs, args, stdout); err != nil {
 		return nil, err
 	}
 	if f.symbolize, err = symbolize.ResolveMode(*mode, len(debuginfod.URLsFromEnv()) > 0); err != nil {
@@ -101,8 +114,10 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	if f.debuginfodWait < 0 {
 		return nil, fmt.Errorf("--debuginfod-wait must not be negative, got %v", f.debuginfodWait)
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	f.command = fs.Args()
+	fs.Visit(func(fl *flag.Flag) { f.durationSet = f.durationSet || fl.Name == "duration" })
+	if len(f.command) > 0 && (f.all || len(f.pids) > 0) {
+		return nil, errors.New("a command to run excludes --pid and --all: spanprof records the command it starts")
 	}
 	if f.all && len(f.pids) > 0 {
 		return nil, errors.New("--all and --pid exclude each other")
@@ -119,21 +134,26 @@ func parseRecordFlags(args []string, stderr io.Writer) (*recordFlags, error) {
 	if f.offCPUThreshold <= 0 || f.offCPUThreshold > sampler.MaxOffCPUThreshold {
 		return nil, fmt.Errorf("--off-cpu-threshold %v out of range 1ns..%v", f.offCPUThreshold, sampler.MaxOffCPUThreshold)
 	}
+	if f.format != "" && f.output == "" {
+		return nil, errors.New("--format needs --output FILE (or - for stdout)")
+	}
 	if f.output != "" {
-		if _, err := export.FormatFor(f.output); err != nil {
+		// Found now, not after the whole recording.
+		if err := export.CheckDestination(f.output); err != nil {
+			return nil, err
+		}
+		if f.format, err = export.ResolveFormat(f.output, f.format); err != nil {
 			return nil, err
 		}
 	}
-	for _, pid := range f.pids {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-			return nil, fmt.Errorf("process %d does not exist", pid)
-		}
+	if f.pids, err = resolveTargets("/proc", f.pids, stderr); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
 
 func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f, err := parseRecordFlags(args, stderr)
+	f, err := parseRecordFlags(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -154,6 +174,21 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var cmd *gated
+	if len(f.command) > 0 {
+		// Held before its exec until the programs are attached, so the
+		// recording sees it from its first instruction.
+		out := stdout
+		if f.output == "-" {
+			out = stderr // stdout carries the profile
+		}
+		var err error
+		if cmd, err = startGated(f.command, os.Stdin, out, stderr); err != nil {
+			return err
+		}
+		defer cmd.Kill()
+		f.pids = []int{cmd.Pid()}
+	}
 	tracker := proc.NewTracker("/proc", log)
 	defer tracker.Close()
 	s, err := sampler.New(sampler.Options{
@@ -201,14 +236,38 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 	if len(f.pids) > 0 {
 		target = fmt.Sprintf("pid %v", []int(f.pids))
 	}
+	var cmdDone <-chan struct{}
+	if cmd != nil {
+		target = fmt.Sprintf("%s (pid %d)", strings.Join(f.command, " "), cmd.Pid())
+		cmdDone = cmd.done
+	}
 	what := fmt.Sprintf("%d Hz", f.frequency)
 	if f.offCPU {
 		what += fmt.Sprintf(" and off-CPU (threshold %v)", f.offCPUThreshold)
 	}
-	fmt.Fprintf(stderr, "spanprof: recording %s at %s for %v (Ctrl-C stops early)\n", target, what, f.duration)
+	var timeout <-chan time.Time
+	if cmd == nil || f.durationSet {
+		timer := time.NewTimer(f.duration)
+		defer timer.Stop()
+		timeout = timer.C
+		fmt.Fprintf(stderr, "spanprof: recording %s at %s for %v (Ctrl-C stops early)\n", target, what, f.duration)
+	} else {
+		fmt.Fprintf(stderr, "spanprof: recording %s at %s until it exits (Ctrl-C stops early)\n", target, what)
+	}
+	cpuBefore := cpuTimes(f.pids)
+	if cmd != nil {
+		u := cpuBefore[cmd.Pid()]
+		u.name = filepath.Base(f.command[0]) // still the gate until it runs
+		cpuBefore[cmd.Pid()] = u
+		cmd.Run()
+	}
+	start := time.Now()
+	prog := &progress{w: stderr, on: isTerminal(stderr), start: start}
+	if timeout != nil {
+		prog.total = f.duration
+	}
+	nrec := 0
 
-	timer := time.NewTimer(f.duration)
-	defer timer.Stop()
 	alive := time.NewTicker(250 * time.Millisecond)
 	defer alive.Stop()
 	records, procs := s.Records(), s.ProcEvents()
@@ -222,6 +281,7 @@ loop:
 			watch.Seen(r.PID, 2*time.Second)
 			sym.jit.Seen(r.PID)
 			c.Add(r)
+			nrec++
 		case e, ok := <-procs:
 			if !ok {
 				break loop
@@ -233,19 +293,36 @@ loop:
 				watch.Seen(e.PID, 0)
 			}
 			c.ProcEvent(e)
-		case <-timer.C:
+		case <-timeout:
+			break loop
+		case <-cmdDone:
+			prog.clear()
+			fmt.Fprintf(stderr, "spanprof: %s\n", cmd.Exited())
 			break loop
 		case <-ctx.Done():
+			prog.clear()
 			fmt.Fprintln(stderr, "spanprof: interrupted, writing what was recorded")
 			break loop
 		case <-alive.C:
-			if len(f.pids) > 0 && !anyAlive(f.pids) {
+			if cmd == nil && len(f.pids) > 0 && !anyAlive(f.pids) {
+				prog.clear()
 				fmt.Fprintln(stderr, "spanprof: every target process exited")
 				break loop
 			}
+			prog.show(nrec)
 		}
 	}
+	prog.clear()
 	end := time.Now()
+	cpuAfter := cpuTimes(f.pids)
+	if cmd != nil {
+		select {
+		case <-cmd.done:
+		default:
+			fmt.Fprintf(stderr, "spanprof: recording ended before %s (pid %d): stopping it\n", f.command[0], cmd.Pid())
+			cmd.Kill()
+		}
+	}
 	s.Stop()
 	// Take everything the kernel wrote before the programs were detached:
 	// the sampler closes both channels once the ring is empty. The timeout
@@ -277,24 +354,38 @@ loop:
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
 	st := c.Stats()
 	if st.StacksCut > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d samples had their user stack cut at a return address in no code mapping (a frame-pointer chain through code built without frame pointers)\n", st.StacksCut)
+		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))
 	}
 	if st.UnwindCFIFrames > 0 || st.UnwindWindowCut > 0 || st.UnwindNoInfo > 0 || st.UnwindBadRule > 0 || st.UnwindBelowWindow > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers; stacks cut: %d by the stack window (%d windows widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated\n",
 			st.UnwindCFIFrames, st.Samples, st.UnwindWindowCut, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule)
 	}
 	if st.PreExec > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d samples were taken inside an exec with the image before it still in the registers; %d of them were symbolized against that image (the process as read before the exec, or its parent's)\n",
-			st.PreExec, st.PreExecAttributed)
+		fmt.Fprintf(stderr, "spanprof: %d %s taken while a process was starting a new program (exec); %d were named after the program it ran before\n",
+			st.PreExec, plural(int(st.PreExec), "sample was", "samples were"), st.PreExecAttributed)
 	}
-	if f.output == "" {
-		export.WriteSummary(stdout, prof, 15)
-		return nil
+	if len(prof.Samples) == 0 {
+		if cmd != nil && cmd.cmd.ProcessState != nil && !cpuAfter[cmd.Pid()].ok {
+			// Exited and reaped: its own rusage tells its CPU time.
+			ps := cmd.cmd.ProcessState
+			cpuAfter[cmd.Pid()] = cpuUse{cpu: cpuBefore[cmd.Pid()].cpu + ps.UserTime() + ps.SystemTime(), ok: true}
+		}
+		return nothingRecorded(f.pids, cpuBefore, cpuAfter, end.Sub(start), f.offCPU, totalLost(prof.Lost))
 	}
-	if err := export.WriteFile(f.output, prof); err != nil {
-		return err
+	switch f.output {
+	case "":
+		return export.WriteSummary(stdout, prof, 15)
+	case "-":
+		if err := export.Write(stdout, f.format, prof); err != nil {
+			return fmt.Errorf("write stdout: %w", err)
+		}
+	default:
+		if err := export.WriteOutput(f.output, f.format, prof); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(stderr, "spanprof: wrote %d samples to %s\n", len(prof.Samples), f.output)
+	n := len(prof.Samples)
+	fmt.Fprintf(stderr, "spanprof: wrote %d %s to %s\n", n, plural(n, "sample", "samples"), outputName(f.output))
 	return nil
 }
 
@@ -352,4 +443,11 @@ func totalLost(m map[string]uint64) uint64 {
 		n += v
 	}
 	return n
+}
+
+func outputName(path string) string {
+	if path == "-" {
+		return "stdout"
+	}
+	return path
 }

@@ -8,7 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"strconv"
 
+	"github.com/spanprof/spanprof/internal/cli"
 	"github.com/spanprof/spanprof/internal/web"
 )
 
@@ -21,13 +24,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	verbose := fs.Bool("v", false, "verbose logs on stderr")
 	lf := liveFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: spanprof serve [--listen 127.0.0.1:7070] [--otlp-listen 127.0.0.1:4317] [FILE...]\n\nFILE is a .otlp.json, .otlp.pb or .pb.gz profile (spanprof record --output).")
+		fmt.Fprintln(fs.Output(), "usage: spanprof serve [--listen 127.0.0.1:7070] [--otlp-listen 127.0.0.1:4317] [FILE...]\n\nFILE is a .otlp.json, .otlp.pb or .pb.gz profile (spanprof record --output).")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "spanprof serve: %v\n", err)
 		return 1
 	}
 	level := slog.LevelWarn
@@ -71,6 +75,25 @@ func serve(ctx context.Context, addr string, files []string, stdout io.Writer, l
 			log.Warn("serving beyond loopback: anyone who reaches this address can read the profiles", "listen", addr)
 		}
 	}
-	fmt.Fprintf(stdout, "spanprof: serving %d profile(s) on http://%s/ (Ctrl-C to stop)\n", len(files), ln.Addr())
+	n := len(files)
+	fmt.Fprintf(stdout, "spanprof: serving %d %s on %s (Ctrl-C to stop)\n", n, plural(n, "profile", "profiles"), serveURLs(ln.Addr()))
 	return web.Serve(ctx, ln, h)
+}
+
+// serveURLs names URLs a browser can open. A wildcard listen address
+// (0.0.0.0, ::) is no address to browse to: name the loopback one for this
+// machine (Go's wildcard listeners take IPv4 as well) and the host's name
+// for the others.
+func serveURLs(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return "http://" + addr.String() + "/"
+	}
+	port := strconv.Itoa(tcp.Port)
+	local := "http://" + net.JoinHostPort("127.0.0.1", port) + "/"
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return local
+	}
+	return local + " and http://" + net.JoinHostPort(host, port) + "/"
 }

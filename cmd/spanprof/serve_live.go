@@ -71,8 +71,8 @@ func (l *serveLive) serve(ctx context.Context, addr string, files []string, stdo
 			log.Warn("serving beyond loopback: anyone who reaches this address can read the profiles", "listen", addr)
 		}
 	}
-	fmt.Fprintf(stdout, "spanprof: receiving OTLP on %s, serving the live window on http://%s/ (traces: http://%s/trace/; Ctrl-C to stop)\n",
-		otlpLn.Addr(), ln.Addr(), ln.Addr())
+	fmt.Fprintf(stdout, "spanprof: receiving OTLP on %s, serving the live window on %s (traces under /trace/; Ctrl-C to stop)\n",
+		otlpLn.Addr(), serveURLs(ln.Addr()))
 	rcv := live.NewReceiver(store, log)
 	errc := make(chan error, 2)
 	ctx, cancel := context.WithCancel(ctx)

@@ -166,8 +166,19 @@ func TestAgentE2E(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if strings.Contains(metrics, "spanprof_export_dropped_batches_total{") {
-		t.Errorf("batches dropped within the queue bound:\n%s", grepLines(metrics, "dropped"))
+	// Every drop series exists from the start (at 0, for alerts); none
+	// may have counted a drop within the queue bound.
+	series := 0
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, "spanprof_export_dropped_batches_total{") {
+			series++
+			if !strings.HasSuffix(l, " 0") {
+				t.Errorf("batches dropped within the queue bound:\n%s", grepLines(metrics, "dropped"))
+			}
+		}
+	}
+	if series != len(dropReasons) {
+		t.Errorf("%d drop series, want one per reason (%d):\n%s", series, len(dropReasons), grepLines(metrics, "dropped"))
 	}
 }
 

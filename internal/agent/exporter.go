@@ -92,7 +92,19 @@ type Exporter struct {
 	// Queue-full drops are logged at most once a minute, with a count.
 	dropLogged time.Time
 	dropsQuiet int
+
+	// An outage (failures until the next success) is logged when it
+	// starts, then every outageLogEvery while it lasts, and when it ends:
+	// neither one line then silence, nor a line per attempt. Only the
+	// sending goroutine touches these.
+	outageLogEvery time.Duration
+	outageSince    time.Time
+	outageLogged   time.Time
+	outageFails    int
 }
+
+// defaultOutageLogEvery bounds the outage log to a line a minute.
+const defaultOutageLogEvery = time.Minute
 
 // NewExporter dials endpoint lazily (gRPC connects on the first request)
 // and starts the sending goroutine.
@@ -141,9 +153,10 @@ func NewExporter(endpoint string, cfg Export, m *Metrics, log *slog.Logger) (*Ex
 		wake:     make(chan struct{}, 1),
 		flushing: make(chan struct{}),
 
-		maxQueueBytes: cfg.QueueMiB << 20,
+		maxQueueBytes:  cfg.QueueMiB << 20,
+		outageLogEvery: defaultOutageLogEvery,
 	}
-	m.setQueue(endpoint, 0, 0)
+	m.initEndpoint(endpoint)
 	go e.loop()
 	return e, nil
 }
@@ -341,8 +354,9 @@ func (e *Exporter) deliver(b Batch) {
 			e.m.exportedBatches.WithLabelValues(e.endpoint).Inc()
 			e.m.exportedSamples.WithLabelValues(e.endpoint).Add(float64(n))
 			e.sentSamples.Add(uint64(n))
-			if attempt > 1 {
-				e.log.Info("export succeeded after retries", "attempts", attempt, "samples", n)
+			if !e.outageSince.IsZero() {
+				e.log.Info("export succeeded after an outage", "outage", time.Since(e.outageSince).Round(time.Second), "attempts", attempt, "samples", n)
+				e.outageSince = time.Time{}
 			}
 			return
 		}
@@ -366,11 +380,7 @@ func (e *Exporter) deliver(b Batch) {
 			e.log.Error("export failed, giving up on batch", "attempts", attempt, "samples", n, "error", err)
 			return
 		}
-		lvl := slog.LevelDebug
-		if attempt == 1 {
-			lvl = slog.LevelWarn
-		}
-		e.log.Log(e.ctx, lvl, "export failed, will retry", "attempt", attempt, "retry_in", delay, "error", err)
+		e.logFailure(attempt, delay, err)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -385,6 +395,28 @@ func (e *Exporter) deliver(b Batch) {
 			e.drop(DropShutdown, n)
 			return
 		}
+	}
+}
+
+// logFailure logs a retryable failure: at warning level when an outage
+// starts and then at most every outageLogEvery, with the failures since
+// the last line and what waits in the queue; every attempt at debug level.
+func (e *Exporter) logFailure(attempt int, delay time.Duration, err error) {
+	now := time.Now()
+	e.outageFails++
+	switch {
+	case e.outageSince.IsZero():
+		e.outageSince, e.outageLogged, e.outageFails = now, now, 0
+		e.log.Warn("export failed, will retry", "attempt", attempt, "retry_in", delay, "error", err)
+	case now.Sub(e.outageLogged) >= e.outageLogEvery:
+		e.mu.Lock()
+		queued := len(e.queue)
+		e.mu.Unlock()
+		e.log.Warn("export still failing", "for", now.Sub(e.outageSince).Round(time.Second),
+			"failed_attempts", e.outageFails, "queued_batches", queued, "retry_in", delay, "error", err)
+		e.outageLogged, e.outageFails = now, 0
+	default:
+		e.log.Debug("export failed, will retry", "attempt", attempt, "retry_in", delay, "error", err)
 	}
 }
 

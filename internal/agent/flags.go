@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/cli"
 )
 
 // LookupEnv reads an environment variable; os.LookupEnv in production.
@@ -36,7 +38,7 @@ func splitList(s string) []string {
 // arguments, the environment and the file named by --config (or
 // SPANPROF_CONFIG). Precedence: flag > env > file > default. The result is
 // validated; flag.ErrHelp is returned for -h.
-func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
+func ParseArgs(args []string, env LookupEnv, help io.Writer) (Config, error) {
 	var (
 		configPath, hostName, caFile, logLevel string
 		endpoints, pids, execs, headers        listFlag
@@ -44,26 +46,25 @@ func ParseArgs(args []string, env LookupEnv, stderr io.Writer) (Config, error) {
 	)
 	cfg := Default()
 	fs := flag.NewFlagSet("spanprof agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&configPath, "config", "", "YAML configuration `FILE` (env SPANPROF_CONFIG)")
 	fs.Var(&endpoints, "endpoint", "collector OTLP/gRPC `HOST:PORT` (repeatable; default localhost:4317)")
 	insecure := fs.Bool("insecure", false, "send in plaintext, without TLS")
 	fs.StringVar(&caFile, "ca-file", "", "verify the collector with this CA `FILE`")
 	fs.Var(&headers, "header", "`KEY=VALUE` sent with every export (repeatable)")
-	interval := fs.Duration("report-interval", 0, "how often a profile is sent (default 10s)")
+	interval := cli.Duration(fs, "report-interval", 0, "how often a profile is sent (default 10s)")
 	fs.Var(&pids, "pid", "profile this process (repeatable; default: all processes)")
 	fs.Var(&execs, "executable", "profile processes of this executable `NAME` (repeatable)")
 	freq := fs.Int("frequency", 0, "on-CPU samples per second per CPU (default 19)")
 	goWaitFreq := fs.Int("go-wait-frequency", 0, "with --off-cpu, samples per second of parked goroutines of Go processes (default 19; 0 off)")
 	offCPU := fs.Bool("off-cpu", false, "also record off-CPU time (sched_switch)")
-	offCPUThreshold := fs.Duration("off-cpu-threshold", 0, "off-CPU sampling threshold: waits of a thread are captured about once per threshold, weighted to stay unbiased (default 2ms)")
+	offCPUThreshold := cli.Duration(fs, "off-cpu-threshold", 0, "off-CPU sampling threshold: waits of a thread are captured about once per threshold, weighted to stay unbiased (default 2ms)")
 	metrics := fs.String("metrics-listen", "", "serve /metrics and /healthz on `HOST:PORT` (default 127.0.0.1:9464; \"off\" disables)")
 	fs.StringVar(&hostName, "host-name", "", "host.name resource attribute (default: the host name)")
 	fs.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default info)")
 	symMode := fs.String("symbolize", "", "none (addresses and build IDs for the backend), local (offline) or full (adds debuginfod) (default full when debuginfod URLs are set, else local)")
 	fs.Var(&debugDirs, "debug-dir", "search `DIR` for separate debug files (repeatable)")
 	noJVMPerfmap := fs.Bool("no-jvm-perfmap", false, "do not ask running JVMs (HotSpot attach, Compiler.perfmap) to write /tmp/perf-PID.map; Java frames then stay addresses unless the JVM writes the map itself")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, help); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
@@ -180,9 +181,9 @@ func applyEnv(cfg *Config, env LookupEnv) error {
 	}
 	for k, p := range durations {
 		if v, ok := env(k); ok {
-			d, err := time.ParseDuration(v)
+			d, err := cli.ParseDuration(v)
 			if err != nil {
-				return fmt.Errorf("%s: not a duration: %q", k, v)
+				return fmt.Errorf("%s: not a duration: %q: %v", k, v, err)
 			}
 			*p = d
 		}

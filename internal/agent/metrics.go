@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/spanprof/spanprof/internal/cli"
 	"github.com/spanprof/spanprof/internal/correlate"
 )
 
@@ -45,7 +46,12 @@ type Metrics struct {
 	buildDuration    prometheus.Histogram
 	reportBytes      prometheus.Histogram
 	filtered         prometheus.Counter
+	buildInfo        *prometheus.GaugeVec
 }
+
+// dropReasons are every reason label of spanprof_export_dropped_*_total,
+// so each series exists at 0 from the start.
+var dropReasons = []string{DropQueueFull, DropRetriesExhausted, DropRejected, DropShutdown, DropEncode}
 
 // NewMetrics creates the metrics and registers them with reg when reg is
 // not nil.
@@ -82,11 +88,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"endpoint"}),
 		droppedBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spanprof_export_dropped_batches_total",
-			Help: "Batches never delivered, by reason.",
+			Help: "Batches never delivered, by reason (" + strings.Join(dropReasons, ", ") + ").",
 		}, []string{"endpoint", "reason"}),
 		droppedSamples: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spanprof_export_dropped_samples_total",
-			Help: "Samples in batches never delivered, by reason.",
+			Help: "Samples in batches never delivered, by reason (" + strings.Join(dropReasons, ", ") + ").",
 		}, []string{"endpoint", "reason"}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "spanprof_reports_total",
@@ -110,13 +116,34 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "spanprof_samples_filtered_total",
 			Help: "Samples of processes outside the configured executables, discarded by design.",
 		}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spanprof_build_info",
+			Help: "Always 1; the labels name the running build (version, VCS revision, Go version).",
+		}, []string{"version", "revision", "goversion"}),
 	}
+	b := cli.Info()
+	m.buildInfo.WithLabelValues(b.Version, b.Revision, b.GoVersion).Set(1)
 	if reg != nil {
-		reg.MustRegister(m.exportRequests, m.exportDuration, m.exportedBatches, m.exportedSamples,
+		reg.MustRegister(m.buildInfo, m.exportRequests, m.exportDuration, m.exportedBatches, m.exportedSamples,
 			m.rejectedProfiles, m.queueLength, m.queueBytes, m.droppedBatches, m.droppedSamples,
 			m.reports, m.reportSamples, m.buildDuration, m.reportBytes, m.filtered)
 	}
 	return m
+}
+
+// initEndpoint creates every counter series of endpoint at 0, so an alert
+// on "no batch exported for 5 minutes" or "any drop" sees a series from
+// the agent's start, not from the first success or drop.
+func (m *Metrics) initEndpoint(endpoint string) {
+	m.exportRequests.WithLabelValues(endpoint, "success")
+	m.exportedBatches.WithLabelValues(endpoint)
+	m.exportedSamples.WithLabelValues(endpoint)
+	m.rejectedProfiles.WithLabelValues(endpoint)
+	m.setQueue(endpoint, 0, 0)
+	for _, r := range dropReasons {
+		m.droppedBatches.WithLabelValues(endpoint, r)
+		m.droppedSamples.WithLabelValues(endpoint, r)
+	}
 }
 
 func (m *Metrics) setQueue(endpoint string, batches, bytes int) {
@@ -137,22 +164,61 @@ type counterCollector struct {
 	lost     *prometheus.Desc
 	errs     *prometheus.Desc
 	exitMaps *prometheus.Desc
+	offTaken *prometheus.Desc
 	lastRead atomic.Pointer[map[string]uint64]
 }
 
+// newCounterCollector reads the counters once to name, in the HELP texts,
+// the reasons the sampler actually has.
 func newCounterCollector(read func() (map[string]uint64, error)) *counterCollector {
+	first, _ := read()
+	var lost, errs, exits []string
+	for k := range first {
+		switch kind, reason := counterKind(k); kind {
+		case "lost":
+			lost = append(lost, reason)
+		case "exit":
+			exits = append(exits, reason)
+		case "error":
+			errs = append(errs, reason)
+		}
+	}
+	list := func(rs []string) string {
+		if len(rs) == 0 {
+			return ""
+		}
+		sort.Strings(rs)
+		return " (" + strings.Join(rs, ", ") + ")"
+	}
 	return &counterCollector{
 		read: read,
 		taken: prometheus.NewDesc("spanprof_samples_taken_total",
 			"Samples the eBPF program took.", nil, nil),
+		offTaken: prometheus.NewDesc("spanprof_offcpu_samples_taken_total",
+			"Off-CPU waits the eBPF program captured.", nil, nil),
 		lost: prometheus.NewDesc("spanprof_samples_lost_total",
-			"Samples that never reached a profile, by reason (ringbuf_full, queue_full, decode, proc_events).", []string{"reason"}, nil),
+			"Samples that never reached a profile, by reason"+list(lost)+".", []string{"reason"}, nil),
 		errs: prometheus.NewDesc("spanprof_sample_errors_total",
-			"Samples kept with a part missing (stack or context read failed), by reason.", []string{"reason"}, nil),
+			"Samples kept with a part missing (stack or context read failed), by reason"+list(errs)+".", []string{"reason"}, nil),
 		exitMaps: prometheus.NewDesc("spanprof_exit_mappings_missing_total",
-			"Mappings of exited processes not captured at their exit, so their samples may keep unnamed frames, by reason "+
-				"(exit_maps_missed: whole processes; exit_vmas_dropped: mappings; exit_maps_untracked: processes).", []string{"reason"}, nil),
+			"Mappings of exited processes not captured at their exit, so their samples may keep unnamed frames, by reason"+list(exits)+
+				" (exit_maps_missed: whole processes; exit_vmas_dropped: mappings; exit_maps_untracked: processes).", []string{"reason"}, nil),
 	}
+}
+
+// counterKind sorts a sampler counter into the metric that exports it.
+func counterKind(name string) (kind, reason string) {
+	switch {
+	case name == "samples":
+		return "taken", ""
+	case name == "offcpu_samples":
+		return "offcpu", ""
+	case strings.HasPrefix(name, "lost_"):
+		return "lost", strings.TrimPrefix(name, "lost_")
+	case strings.HasPrefix(name, "exit_"):
+		return "exit", name
+	}
+	return "error", name
 }
 
 func (c *counterCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -160,6 +226,7 @@ func (c *counterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lost
 	ch <- c.errs
 	ch <- c.exitMaps
+	ch <- c.offTaken
 }
 
 func (c *counterCollector) Collect(ch chan<- prometheus.Metric) {
@@ -180,15 +247,17 @@ func (c *counterCollector) Collect(ch chan<- prometheus.Metric) {
 	sort.Strings(names)
 	for _, k := range names {
 		v := float64(counters[k])
-		switch {
-		case k == "samples":
+		switch kind, reason := counterKind(k); kind {
+		case "taken":
 			ch <- prometheus.MustNewConstMetric(c.taken, prometheus.CounterValue, v)
-		case strings.HasPrefix(k, "lost_"):
-			ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, v, strings.TrimPrefix(k, "lost_"))
-		case strings.HasPrefix(k, "exit_"):
-			ch <- prometheus.MustNewConstMetric(c.exitMaps, prometheus.CounterValue, v, k)
+		case "offcpu":
+			ch <- prometheus.MustNewConstMetric(c.offTaken, prometheus.CounterValue, v)
+		case "lost":
+			ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, v, reason)
+		case "exit":
+			ch <- prometheus.MustNewConstMetric(c.exitMaps, prometheus.CounterValue, v, reason)
 		default:
-			ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, v, k)
+			ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, v, reason)
 		}
 	}
 }

@@ -10,6 +10,13 @@ import (
 // "functions" field keeps them all.
 const listLimit = 12
 
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func nameList(names []string) string {
 	if len(names) <= listLimit {
 		return strings.Join(names, ", ")
@@ -42,10 +49,21 @@ func elfFindings(info *elfInfo, target, path string, standalone bool) []Finding 
 		f.Functions = fp.Missing
 		add(f)
 	}
-	if len(fp.Leaf) > 0 {
+	switch {
+	case len(fp.LeafNoCFI) > 0:
 		f := newFinding("leaf-frame-pointer", target, path, 0,
-			"%d leaf functions (no call instruction) set up no frame pointer, so a sample in them loses its caller unless the unwinder recovers it: %s",
-			len(fp.Leaf), nameList(fp.Leaf))
+			"%d leaf %s (no call instruction) without a frame pointer or an unwind rule (.eh_frame): a sample there loses its caller: %s",
+			len(fp.LeafNoCFI), plural(len(fp.LeafNoCFI), "function", "functions"), nameList(fp.LeafNoCFI))
+		f.Fix = "build with clang, or keep the unwind tables (drop -fno-asynchronous-unwind-tables) so the unwinder recovers the caller"
+		f.Functions = fp.LeafNoCFI
+		add(f)
+	case len(fp.Leaf) > 0:
+		// The GCC 12 leaf problem with the recommended flags: what the
+		// recording recovers is no violation (leafSeverity).
+		f := newFinding("leaf-frame-pointer", target, path, 0,
+			"%d leaf %s (no call instruction) set up no frame pointer; the unwinder recovers the caller from the unwind rules (.eh_frame): %s",
+			len(fp.Leaf), plural(len(fp.Leaf), "function", "functions"), nameList(fp.Leaf))
+		f.Severity, f.Fix = SevNote, ""
 		f.Functions = fp.Leaf
 		add(f)
 	}

@@ -3,6 +3,7 @@ package check
 import (
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -218,6 +219,35 @@ func missingFP(text string) []string {
 		}
 	}
 	return miss
+}
+
+// noUnwindRE finds flags that drop the unwind tables the unwinder
+// recovers a leaf function's caller from.
+var noUnwindRE = regexp.MustCompile(`(^|[\s"'=,(\[])-fno-(asynchronous-)?unwind-tables\b`)
+
+// fpFindings judges the frame-pointer flags of one compile site by the
+// model binaries are judged by: without -fno-omit-frame-pointer callers
+// are lost (error); without only -mno-omit-leaf-frame-pointer leaf
+// functions lack a frame, which the unwinder recovers from the unwind
+// tables (a note), unless the flags drop those tables (a warning). what
+// ends with the verb ("CFLAGS lacks").
+func fpFindings(target string, line int, what, flags string) []Finding {
+	miss := missingFP(flags)
+	switch {
+	case len(miss) == 0:
+		return nil
+	case slices.Contains(miss, flagFP):
+		return []Finding{newFinding("cflags-no-frame-pointer", target, target, line, "%s %s", what, strings.Join(miss, " "))}
+	case noUnwindRE.MatchString(flags):
+		f := newFinding("leaf-frame-pointer", target, target, line,
+			"%s %s and the unwind tables are off (-fno-asynchronous-unwind-tables): a sample in a leaf function loses its caller", what, flagLeafFP)
+		f.Fix = "add " + flagLeafFP + " (clang keeps leaf frames with it; GCC 12 does not) and keep the unwind tables"
+		return []Finding{f}
+	}
+	f := newFinding("leaf-frame-pointer", target, target, line,
+		"%s %s: leaf functions may keep no frame pointer; the unwinder recovers their caller from the unwind tables (.eh_frame, on by default)", what, flagLeafFP)
+	f.Severity, f.Fix = SevNote, "add "+flagLeafFP+" so clang keeps leaf frames too"
+	return []Finding{f}
 }
 
 // linkHasBuildID reports whether any line mentions a linker build ID. A

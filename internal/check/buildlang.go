@@ -81,15 +81,13 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 
 	var out []Finding
 	builds := false
-	report := func(line int, what string, miss []string) {
-		out = append(out, newFinding("cflags-no-frame-pointer", target, target, line, "%s lacks %s", what, strings.Join(miss, " ")))
+	report := func(line int, what, flags string) {
+		out = append(out, fpFindings(target, line, what+" lacks", flags)...)
 	}
 	for _, name := range []string{"CFLAGS", "CXXFLAGS"} {
 		if v, ok := vars[name]; ok {
 			builds = true
-			if miss := missingFP(expand(v.value, vars)); len(miss) > 0 {
-				report(v.line, name, miss)
-			}
+			report(v.line, name, expand(v.value, vars))
 		}
 	}
 	firstSite := 0
@@ -105,9 +103,7 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 			if firstSite == 0 {
 				firstSite = l.n
 			}
-			if miss := missingFP(expand(strings.Trim(m[2], `"'`), vars)); len(miss) > 0 {
-				report(l.n, m[1]+" here", miss)
-			}
+			report(l.n, m[1]+" here", expand(strings.Trim(m[2], `"'`), vars))
 		}
 		if !compilerRE.MatchString(l.text) || !cSourceRE.MatchString(l.text) || inlineFlagsRE.MatchString(l.text) {
 			continue
@@ -119,9 +115,7 @@ func checkVarFlags(kind fileKind, target string, lines []srcLine) []Finding {
 		if refsDefinedFlags(l.text, vars) {
 			continue // judged with the variable above
 		}
-		if miss := missingFP(expand(l.text, vars)); len(miss) > 0 {
-			report(l.n, "this compiler command", miss)
-		}
+		report(l.n, "this compiler command", expand(l.text, vars))
 	}
 	if builds && !linkHasBuildID(lines) {
 		line := firstSite
@@ -219,14 +213,11 @@ func checkUnionFlags(target string, lines []srcLine, r unionRules) []Finding {
 		return nil
 	}
 	var out []Finding
-	if miss := missingFP(sites.String()); len(miss) > 0 {
-		line := firstNonZero(siteLine, buildLine)
-		what := "the compile options lack"
-		if siteLine == 0 {
-			what = "the file sets no compile options, so it lacks"
-		}
-		out = append(out, newFinding("cflags-no-frame-pointer", target, target, line, "%s %s", what, strings.Join(miss, " ")))
+	what := "the compile options lack"
+	if siteLine == 0 {
+		what = "the file sets no compile options, so it lacks"
 	}
+	out = append(out, fpFindings(target, firstNonZero(siteLine, buildLine), what, sites.String())...)
 	if !linkHasBuildID(lines) {
 		out = append(out, newFinding("ldflags-no-build-id", target, target, firstNonZero(linkLine, buildLine), "%s", r.noBuildIDWhy))
 	}

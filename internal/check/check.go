@@ -14,22 +14,35 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/cli"
 )
 
 // Main runs `spanprof check` with args and returns the exit code: 0 when
 // no error or warning was found, 1 on a violation or bad usage.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := flag.NewFlagSet("spanprof check", flag.ContinueOnError)
 	format := fs.String("format", "text", "output format: text, json or sarif")
 	var ignore []string
 	fs.Func("ignore", "comma-separated rule ids to drop", func(s string) error {
 		ignore = append(ignore, s)
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
+	var exclude []string
+	fs.Func("exclude", "leave out `PATH` (a file, a directory and what is under it, or a glob); repeatable", func(s string) error {
+		if _, err := filepath.Match(s, ""); err != nil {
+			return fmt.Errorf("bad pattern %q: %w", s, err)
+		}
+		exclude = append(exclude, filepath.Clean(s))
+		return nil
+	})
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: spanprof check [--format text|json|sarif] [--ignore RULE,...] [--exclude PATH]... PATH|PID...")
+		fs.PrintDefaults()
+	}
+	targets, err := parseInterspersed(fs, args, stdout)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, "usage: spanprof check [--format text|json|sarif] [--ignore RULE,...] PATH|PID...")
 			return 0
 		}
 		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
@@ -44,14 +57,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "spanprof check: --ignore: %v\n", err)
 		return 1
 	}
-	if fs.NArg() == 0 {
+	if len(targets) == 0 {
 		fmt.Fprintln(stderr, "spanprof check: name at least one PATH or PID to check")
 		return 1
 	}
-	c := &Checker{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	res, err := c.Run(fs.Args())
+	c := &Checker{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), Exclude: exclude}
+	res, err := c.Run(targets)
 	if err != nil {
 		fmt.Fprintf(stderr, "spanprof check: %v\n", err)
+		return 1
+	}
+	if len(res.Targets) == 0 && len(res.Excluded) == 0 {
+		// A CI job pointed at the wrong directory must not pass.
+		fmt.Fprintf(stderr, "spanprof check: 0 targets: no build file, collector config or *.bpf.c under %s\n", strings.Join(targets, " "))
 		return 1
 	}
 	res = res.without(ign)
@@ -65,6 +83,28 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// parseInterspersed parses flags wherever they stand among the targets
+// ("check . --format json" as well as "check --format json ."); after
+// "--" every argument is a target.
+func parseInterspersed(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
+	var targets []string
+	for {
+		if err := cli.Parse(fs, args, stdout); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return targets, nil
+		}
+		// fs.Parse consumed a "--" when rest follows one: everything is a target.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(targets, rest...), nil
+		}
+		targets = append(targets, rest[0])
+		args = rest[1:]
+	}
+}
+
 // Checker holds the settings of one run. The zero value checks the real
 // system; tests point the roots at fixtures.
 type Checker struct {
@@ -74,6 +114,9 @@ type Checker struct {
 	DebugRoot string
 	// Log receives problems that do not stop the run.
 	Log *slog.Logger
+	// Exclude lists paths (prefixes of whole path elements, or globs)
+	// left out of walks and of the files processes map.
+	Exclude []string
 
 	bpf   bpfLinter
 	elfs  map[string]bool // mapped files already reported
@@ -84,6 +127,27 @@ type Checker struct {
 type Result struct {
 	Targets  []string
 	Findings []Finding
+	// Excluded are the paths --exclude left out, so the report says so.
+	Excluded []string
+}
+
+// excluded reports whether path matches an --exclude entry: the entry
+// itself, anything under it, or a glob match of the whole path or of
+// its base name.
+func (c *Checker) excluded(path string) bool {
+	path = filepath.Clean(path)
+	for _, e := range c.Exclude {
+		if path == e || strings.HasPrefix(path, e+"/") || e == "/" {
+			return true
+		}
+		if ok, _ := filepath.Match(e, path); ok {
+			return true
+		}
+		if ok, _ := filepath.Match(e, filepath.Base(path)); ok && !strings.Contains(e, "/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Run checks every argument. An argument that is all digits and names no
@@ -121,9 +185,14 @@ func (c *Checker) checkArg(arg string, res *Result) error {
 	if kind := classify(arg); kind != "" {
 		return c.checkText(kind, arg, res)
 	}
+	if looksLikeCollector(arg) {
+		// Named on the command line under any name (my-config.yaml): what
+		// it holds says what it is; walks still go by name only.
+		return c.checkText(kindCollector, arg, res)
+	}
 	info, err := c.elf(arg)
 	if errors.Is(err, ErrNotELF) {
-		return fmt.Errorf("check %s: not an ELF file, build file, collector config or *.bpf.c", arg)
+		return fmt.Errorf("check %s: not an ELF file, build file, collector config (a YAML file with receivers and service) or *.bpf.c", arg)
 	}
 	if err != nil {
 		return err
@@ -170,10 +239,18 @@ func (c *Checker) walk(root string, res *Result) error {
 			if skipDir(p, root, d.Name()) {
 				return filepath.SkipDir
 			}
+			if p != root && c.excluded(p) {
+				res.Excluded = append(res.Excluded, p)
+				return filepath.SkipDir
+			}
 			return nil
 		}
 		kind := classify(p)
 		if kind == "" || !d.Type().IsRegular() {
+			return nil
+		}
+		if c.excluded(p) {
+			res.Excluded = append(res.Excluded, p)
 			return nil
 		}
 		if err := c.checkText(kind, p, res); err != nil {
@@ -236,6 +313,10 @@ func (c *Checker) checkPID(pid int, res *Result) error {
 			continue
 		}
 		c.elfs[f] = true
+		if c.excluded(f) {
+			res.Excluded = append(res.Excluded, f)
+			continue
+		}
 		res.Targets = append(res.Targets, f)
 		res.Findings = append(res.Findings, elfFindings(info, f, f, false)...)
 	}
@@ -244,4 +325,25 @@ func (c *Checker) checkPID(pid int, res *Result) error {
 			"no mapped file exports otel_thread_ctx_v1 or spanprof_set_trace_context, the executable does not use %s, and there is no OTEL_CTX mapping", SDKModule))
 	}
 	return nil
+}
+
+// looksLikeCollector reports whether a .yaml/.yml file is a collector
+// configuration (top-level receivers and service) or a Kubernetes
+// ConfigMap holding one, whatever its name.
+func looksLikeCollector(path string) bool {
+	lower := strings.ToLower(path)
+	if !strings.HasSuffix(lower, ".yaml") && !strings.HasSuffix(lower, ".yml") {
+		return false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	top := map[string]bool{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if k, _, ok := strings.Cut(line, ":"); ok && k != "" && !strings.ContainsAny(k[:1], " \t#-") {
+			top[strings.TrimSpace(k)] = true
+		}
+	}
+	return top["receivers"] && top["service"] || top["kind"] && strings.Contains(string(data), "receivers:")
 }

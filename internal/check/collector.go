@@ -113,7 +113,10 @@ func checkCollectorDoc(target string, root *yaml.Node) []Finding {
 		if !hasOTLP(mapValue(val, "receivers")) {
 			out = append(out, newFinding("collector-profiles-no-otlp", target, target, key.Line,
 				"pipeline %q has no otlp receiver, so the agent's OTLP export has nowhere to go", key.Value))
+		} else if f, ok := otlpWithoutGRPC(target, root, key.Value, mapValue(val, "receivers")); ok {
+			out = append(out, f)
 		}
+		out = append(out, undefinedComponents(target, root, key.Value, val)...)
 	}
 	if !found {
 		out = append(out, newFinding("collector-no-profiles-pipeline", target, target, line,
@@ -157,4 +160,68 @@ func deref(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// otlpWithoutGRPC finds a profiles pipeline whose otlp receivers all lack
+// the grpc protocol: the agent exports OTLP over gRPC only, so an
+// http-only receiver refuses every export.
+func otlpWithoutGRPC(target string, root *yaml.Node, pipeline string, list *yaml.Node) (Finding, bool) {
+	defs := mapValue(root, "receivers")
+	var httpOnly *yaml.Node
+	for _, r := range deref(list).Content {
+		r = deref(r)
+		if r.Value != "otlp" && !strings.HasPrefix(r.Value, "otlp/") {
+			continue
+		}
+		def := mapValue(defs, r.Value)
+		if def == nil {
+			return Finding{}, false // reported as undefined
+		}
+		if mapValue(mapValue(def, "protocols"), "grpc") != nil {
+			return Finding{}, false
+		}
+		httpOnly = r
+	}
+	if httpOnly == nil {
+		return Finding{}, false
+	}
+	return newFinding("collector-otlp-no-grpc", target, target, httpOnly.Line,
+		"pipeline %q receives OTLP only over http (receiver %s has no protocols.grpc); the agent exports over gRPC", pipeline, httpOnly.Value), true
+}
+
+// undefinedComponents finds the receivers, processors and exporters a
+// pipeline names that no top-level section defines: the collector
+// refuses to start with them. A connector serves as receiver or exporter.
+func undefinedComponents(target string, root *yaml.Node, pipeline string, p *yaml.Node) []Finding {
+	var out []Finding
+	for _, kind := range []string{"receivers", "processors", "exporters"} {
+		list := mapValue(p, kind)
+		if list == nil || list.Kind != yaml.SequenceNode {
+			continue
+		}
+		for _, c := range list.Content {
+			c = deref(c)
+			if mapHasKey(mapValue(root, kind), c.Value) || kind != "processors" && mapHasKey(mapValue(root, "connectors"), c.Value) {
+				continue
+			}
+			out = append(out, newFinding("collector-undefined-component", target, target, c.Line,
+				"pipeline %q names %s %q, which the top-level %s section does not define", pipeline, strings.TrimSuffix(kind, "s"), c.Value, kind))
+		}
+	}
+	return out
+}
+
+// mapHasKey reports whether the mapping n has key, whatever its value
+// (`debug:` with no value defines a component too).
+func mapHasKey(n *yaml.Node, key string) bool {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
 }

@@ -15,13 +15,17 @@ kind: ConfigMap
 data:
   config.yaml: |
     receivers:
-      otlp: {}
+      otlp:
+        protocols:
+          grpc:
+    exporters:
+      debug: {}
     service:
       pipelines:
         profiles:
           receivers: [otlp]
           exporters: [debug]
-`, []string{"collector-feature-gate"}, 9},
+`, []string{"collector-feature-gate"}, 13},
 		{"configmap without profiles", `apiVersion: v1
 kind: ConfigMap
 data:

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/arch/x86/x86asm"
+
+	"github.com/spanprof/spanprof/internal/unwind"
 )
 
 // fpStats counts how the functions of one file treat the frame pointer.
@@ -20,6 +22,10 @@ type fpStats struct {
 	// Leaf are functions without a call and without a frame: the unwinder
 	// can recover their caller from the return address at the stack top.
 	Leaf []string
+	// LeafNoCFI are the leaves without an unwind rule (.eh_frame,
+	// .debug_frame) at their entry: the unwinder cannot recover their
+	// caller, so a sample in them loses it.
+	LeafNoCFI []string
 	// Toolchain are crt start-up functions, never a violation.
 	Toolchain []string
 	// GoFuncs counts Go functions, which follow Go's own frame rules.
@@ -167,6 +173,7 @@ func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats
 		scan = scanAArch64
 	}
 	var st fpStats
+	var table *unwindTable
 	seen := map[uint64]bool{}
 	for _, s := range syms {
 		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF {
@@ -201,6 +208,9 @@ func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats
 			st.Missing = append(st.Missing, s.Name)
 		default:
 			st.Leaf = append(st.Leaf, s.Name)
+			if !hasCFI(f, &table, s.Value, s.Size) {
+				st.LeafNoCFI = append(st.LeafNoCFI, s.Name)
+			}
 		}
 	}
 	if st.GoFuncs == 0 && goTab != nil {
@@ -209,6 +219,7 @@ func analyzeFramePointers(f *elf.File, syms []elf.Symbol, goBinary bool) fpStats
 	}
 	sort.Strings(st.Missing)
 	sort.Strings(st.Leaf)
+	sort.Strings(st.LeafNoCFI)
 	sort.Strings(st.Toolchain)
 	return st
 }
@@ -242,4 +253,40 @@ func scanX86(body []byte) (frame, call bool) {
 		}
 	}
 	return frame, call
+}
+
+// unwindTable is the file's unwind table, read on the first leaf; err
+// keeps a failure so it is not retried per function.
+type unwindTable struct {
+	t   *unwind.Table
+	err error
+}
+
+// hasCFI reports whether the unwinder recovers the caller of the
+// frameless function at [addr, addr+size) from its unwind rules, as
+// spanprof's recording does for GCC's leaves: on x86-64 any
+// stack-pointer-based rule does (the return address is at CFA-8); on
+// AArch64 the caller comes from the link register, which the unwinder
+// uses only where the CFA is sp+0, so every instruction must have that
+// rule.
+func hasCFI(f *elf.File, table **unwindTable, addr, size uint64) bool {
+	if *table == nil {
+		t, err := unwind.NewTable(f)
+		*table = &unwindTable{t, err}
+	}
+	if (*table).err != nil {
+		return false
+	}
+	t := (*table).t
+	if f.Machine != elf.EM_AARCH64 {
+		r, err := t.RuleAt(addr)
+		return err == nil && r.Kind == unwind.SPOffset
+	}
+	for pc := addr; pc < addr+size; pc += 4 {
+		r, err := t.RuleAt(pc)
+		if err != nil || r.Kind != unwind.SPOffset || r.Offset != 0 {
+			return false
+		}
+	}
+	return true
 }

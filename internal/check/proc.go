@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/proc"
 )
 
 // procInfo is what /proc tells about one process.
@@ -53,8 +55,14 @@ func readProc(procRoot string, pid int) (*procInfo, error) {
 		}
 	}
 	maps, err := os.Open(filepath.Join(dir, "maps"))
+	if errors.Is(err, fs.ErrPermission) {
+		// Root too can be refused; say why rather than "needs root".
+		if why := proc.CheckReadable(procRoot, pid); why != nil {
+			return nil, why
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("read pid %d maps (needs root or the same user): %w", pid, err)
+		return nil, fmt.Errorf("read pid %d maps: %w", pid, err)
 	}
 	defer maps.Close()
 	seen := map[string]bool{}

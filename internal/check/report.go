@@ -7,11 +7,13 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/cli"
 )
 
 // without drops findings of ignored rules.
 func (r *Result) without(ignore map[string]bool) *Result {
-	out := &Result{Targets: r.Targets}
+	out := &Result{Targets: r.Targets, Excluded: r.Excluded}
 	for _, f := range r.Findings {
 		if !ignore[f.Rule] {
 			out.Findings = append(out.Findings, f)
@@ -76,8 +78,13 @@ func (r *Result) writeText(w io.Writer) error {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "%d errors, %d warnings, %d notes in %d targets\n",
-		r.count(SevError), r.count(SevWarning), r.count(SevNote), len(r.Targets))
+	count := func(n int, one, many string) string { return fmt.Sprintf("%d %s", n, plural(n, one, many)) }
+	excluded := ""
+	if len(r.Excluded) > 0 {
+		excluded = fmt.Sprintf(" (%d excluded by --exclude)", len(r.Excluded))
+	}
+	fmt.Fprintf(&b, "%s, %s, %s in %s%s\n", count(r.count(SevError), "error", "errors"), count(r.count(SevWarning), "warning", "warnings"),
+		count(r.count(SevNote), "note", "notes"), count(len(r.Targets), "target", "targets"), excluded)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -88,6 +95,8 @@ type JSONReport struct {
 	Version  int       `json:"version"`
 	Targets  []string  `json:"targets"`
 	Findings []Finding `json:"findings"`
+	// Excluded lists what --exclude left out; omitted when nothing was.
+	Excluded []string `json:"excluded,omitempty"`
 	Summary  struct {
 		Errors   int `json:"errors"`
 		Warnings int `json:"warnings"`
@@ -96,7 +105,7 @@ type JSONReport struct {
 }
 
 func (r *Result) writeJSON(w io.Writer) error {
-	rep := JSONReport{Version: 1, Targets: r.Targets, Findings: r.Findings}
+	rep := JSONReport{Version: 1, Targets: r.Targets, Findings: r.Findings, Excluded: r.Excluded}
 	if rep.Targets == nil {
 		rep.Targets = []string{}
 	}
@@ -125,6 +134,7 @@ type (
 	}
 	sarifDriver struct {
 		Name           string      `json:"name"`
+		Version        string      `json:"version"`
 		InformationURI string      `json:"informationUri"`
 		Rules          []sarifRule `json:"rules"`
 	}
@@ -174,7 +184,7 @@ func sarifURI(p string) string {
 }
 
 func (r *Result) writeSARIF(w io.Writer) error {
-	driver := sarifDriver{Name: "spanprof-check", InformationURI: "https://github.com/spanprof/spanprof/blob/main/docs/check.md"}
+	driver := sarifDriver{Name: "spanprof-check", Version: cli.Info().Version, InformationURI: "https://github.com/spanprof/spanprof/blob/main/docs/check.md"}
 	index := map[string]int{}
 	for i, rule := range Rules {
 		index[rule.ID] = i

@@ -80,6 +80,10 @@ var Rules = []Rule{
 		"add service.pipelines.profiles with receivers: [otlp]"},
 	{"collector-profiles-no-otlp", SevError, "profiles pipeline has no OTLP receiver",
 		"add an otlp receiver (protocols: grpc) to the profiles pipeline"},
+	{"collector-otlp-no-grpc", SevError, "the profiles pipeline's OTLP receiver speaks only http; the agent exports over gRPC",
+		"add protocols: {grpc: {endpoint: 0.0.0.0:4317}} to the otlp receiver"},
+	{"collector-undefined-component", SevError, "a profiles pipeline names a receiver, processor or exporter no section defines",
+		"define it under the top-level receivers, processors, exporters or connectors, or remove it from the pipeline"},
 	{"collector-feature-gate", SevNote, "profiles need a collector feature gate",
 		"run the collector with --feature-gates=service.profilesSupport"},
 	// eBPF sources.

@@ -3,10 +3,16 @@ package check
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/cli"
 )
 
 func TestTextFixtures(t *testing.T) {
@@ -29,8 +35,9 @@ func TestTextFixtures(t *testing.T) {
 		{file: "build/good.bazelrc", want: []string{}},
 		{file: "build/bad.bazelrc", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id", "strip-no-debug-file"}},
 		{file: "cmake-good/CMakeLists.txt", want: []string{}},
-		{file: "cmake-bad/CMakeLists.txt", want: []string{"cflags-no-frame-pointer", "ldflags-no-build-id"},
-			lines: map[string]int{"cflags-no-frame-pointer": 3}},
+		// It lacks only the leaf flag: a note, as for a GCC binary.
+		{file: "cmake-bad/CMakeLists.txt", want: []string{"ldflags-no-build-id", "leaf-frame-pointer"},
+			lines: map[string]int{"leaf-frame-pointer": 3}},
 		{file: "meson-good/meson.build", want: []string{}},
 		{file: "meson-bad/meson.build", want: []string{"cflags-no-frame-pointer", "cflags-omit-frame-pointer", "ldflags-no-build-id"}},
 		{file: "cargo-good/.cargo/config.toml", want: []string{}},
@@ -39,6 +46,10 @@ func TestTextFixtures(t *testing.T) {
 		{file: "collector/collector-no-profiles.yaml", want: []string{"collector-feature-gate", "collector-no-profiles-pipeline"},
 			lines: map[string]int{"collector-no-profiles-pipeline": 9}},
 		{file: "collector/otel-no-otlp.yaml", want: []string{"collector-feature-gate", "collector-profiles-no-otlp"}},
+		{file: "collector/otel-http-only.yaml", want: []string{"collector-feature-gate", "collector-otlp-no-grpc"},
+			lines: map[string]int{"collector-otlp-no-grpc": 11}},
+		{file: "collector/otel-undefined-exporter.yaml", want: []string{"collector-feature-gate", "collector-undefined-component"},
+			lines: map[string]int{"collector-undefined-component": 11}},
 		{file: "collector/otel-no-service.yaml", want: []string{"collector-feature-gate", "collector-no-profiles-pipeline"}},
 		{file: "bpf/good/good.bpf.c", want: []string{}},
 		{file: "bpf/bad/bad.bpf.c", want: []string{"bpf-ktime-no-realtime", "bpf-printk-hot-path", "bpf-record-no-trace-context"},
@@ -75,7 +86,12 @@ func TestBuildSnippets(t *testing.T) {
 		{"commented flag does not count", "make", "CFLAGS = -O2 # -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer"}},
 		{"append", "make", "CFLAGS = -O2\nCFLAGS += -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{}},
 		{"no-omit is not omit", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{}},
-		{"leaf omit", "make", "CFLAGS = -fno-omit-frame-pointer -momit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer", "cflags-omit-frame-pointer"}},
+		{"leaf omit", "make", "CFLAGS = -fno-omit-frame-pointer -momit-leaf-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-omit-frame-pointer", "leaf-frame-pointer"}},
+		// One model with binaries: a missing leaf flag is recovered by the
+		// unwinder (a note) unless the unwind tables are off (a warning).
+		{"no leaf flag", "make", "CFLAGS = -O2 -fno-omit-frame-pointer\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"leaf-frame-pointer"}},
+		{"no leaf flag, no unwind tables", "make", "CFLAGS = -O2 -fno-omit-frame-pointer -fno-asynchronous-unwind-tables\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"leaf-frame-pointer"}},
+		{"no flag at all", "make", "CFLAGS = -O2\nLDFLAGS=-Wl,--build-id=sha1\n", []string{"cflags-no-frame-pointer"}},
 		{"go only makefile", "make", "all:\n\tgo build ./...\n", []string{}},
 		{"bpf compile only", "make", "x.o: x.bpf.c\n\tclang-19 -O2 -g -target bpf -c $< -o $@\n", []string{}},
 		{"uuid build id", "make", "CFLAGS = -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer\nLDFLAGS = -Wl,--build-id=uuid\n", []string{"build-id-not-sha1"}},
@@ -96,6 +112,27 @@ func TestBuildSnippets(t *testing.T) {
 				t.Errorf("rules = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLeafFlagSeverity: build files and binaries share one severity
+// model for leaf frames: a note where the unwinder recovers the caller
+// from the unwind tables, a warning where the tables are off, an error
+// only when calling functions lose their frame.
+func TestLeafFlagSeverity(t *testing.T) {
+	tests := []struct {
+		cflags string
+		want   Severity
+	}{
+		{"-O2 -fno-omit-frame-pointer", SevNote},
+		{"-O2 -fno-omit-frame-pointer -fno-asynchronous-unwind-tables", SevWarning},
+		{"-O2 -mno-omit-leaf-frame-pointer", SevError},
+	}
+	for _, tt := range tests {
+		fs := checkBuildFile(kindMake, "x", "CFLAGS = "+tt.cflags+"\nLDFLAGS=-Wl,--build-id=sha1\n")
+		if len(fs) != 1 || fs[0].Severity != tt.want {
+			t.Errorf("CFLAGS = %s: %+v, want one %s", tt.cflags, fs, tt.want)
+		}
 	}
 }
 
@@ -139,8 +176,9 @@ func TestSARIF(t *testing.T) {
 		Runs    []struct {
 			Tool struct {
 				Driver struct {
-					Name  string `json:"name"`
-					Rules []struct {
+					Name    string `json:"name"`
+					Version string `json:"version"`
+					Rules   []struct {
 						ID string `json:"id"`
 					} `json:"rules"`
 				} `json:"driver"`
@@ -172,6 +210,9 @@ func TestSARIF(t *testing.T) {
 		t.Fatalf("header: version=%q schema=%q runs=%d", log.Version, log.Schema, len(log.Runs))
 	}
 	run := log.Runs[0]
+	if v := run.Tool.Driver.Version; v != cli.Info().Version || v == "" {
+		t.Errorf("driver.version = %q, want the build's %q", v, cli.Info().Version)
+	}
 	if len(run.Tool.Driver.Rules) != len(Rules) || run.Tool.Driver.Name == "" {
 		t.Errorf("driver has %d rules, want %d", len(run.Tool.Driver.Rules), len(Rules))
 	}
@@ -209,5 +250,84 @@ func TestSARIFURI(t *testing.T) {
 		if got := sarifURI(in); got != want {
 			t.Errorf("sarifURI(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestExclude: --exclude leaves out a directory of a walk, files by glob,
+// and the mapped files of a process under a prefix, and the report says
+// what it left out.
+func TestExclude(t *testing.T) {
+	tree := filepath.Join(fixtures, "tree")
+	res := run(t, &Checker{Exclude: []string{filepath.Join(tree, "deploy")}}, tree)
+	if want := []string{filepath.Join(tree, "Makefile")}; !slices.Equal(res.Targets, want) || !slices.Equal(res.Excluded, []string{filepath.Join(tree, "deploy")}) {
+		t.Errorf("directory: targets %v, excluded %v", res.Targets, res.Excluded)
+	}
+	res = run(t, &Checker{Exclude: []string{"*.yaml"}}, tree)
+	if want := []string{filepath.Join(tree, "Makefile")}; !slices.Equal(res.Targets, want) || len(res.Excluded) != 1 {
+		t.Errorf("glob: targets %v, excluded %v", res.Targets, res.Excluded)
+	}
+	var out, errb bytes.Buffer
+	if code := Main([]string{tree, "--exclude", filepath.Join(tree, "deploy")}, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "in 1 target (1 excluded by --exclude)\n") {
+		t.Errorf("Main: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	// Everything excluded is not "0 targets": the user asked for it.
+	if code := Main([]string{"--exclude", "*", tree}, &out, &errb); code != 0 {
+		t.Errorf("all excluded: exit %d\n%s", code, errb.String())
+	}
+
+	// A process: its libc is left out, its executable kept.
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	pid := strconv.Itoa(sleeper.Process.Pid)
+	// The loader maps libc a moment after the exec.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		maps, _ := os.ReadFile("/proc/" + pid + "/maps")
+		if bytes.Contains(maps, []byte("/libc.so")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep maps no libc:\n%s", maps)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := run(t, &Checker{}, pid)
+	libs := 0
+	for _, tg := range all.Targets {
+		if strings.Contains(tg, "/libc.so") {
+			libs++
+		}
+	}
+	res = run(t, &Checker{Exclude: []string{"/usr/lib", "/lib"}}, pid)
+	for _, tg := range res.Targets {
+		if strings.Contains(tg, "/libc.so") {
+			t.Errorf("libc still checked: %v", res.Targets)
+		}
+	}
+	if libs == 0 || len(res.Excluded) < libs || len(res.Targets) != len(all.Targets)-len(res.Excluded) {
+		t.Errorf("without exclude %v; with: targets %v, excluded %v", all.Targets, res.Targets, res.Excluded)
+	}
+}
+
+// TestCollectorByContent: a collector config named on the command line
+// under any name is recognised by what it holds; other YAML is refused.
+func TestCollectorByContent(t *testing.T) {
+	dir := t.TempDir()
+	good, err := os.ReadFile(filepath.Join(fixtures, "collector", "otel-http-only.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(dir, "my-config.yaml")
+	other := filepath.Join(dir, "values.yaml")
+	os.WriteFile(mine, good, 0o644)
+	os.WriteFile(other, []byte("replicas: 2\nservice:\n  port: 80\n"), 0o644)
+	res := run(t, &Checker{}, mine)
+	if got := ruleSet(res.Findings, false); !slices.Equal(got, []string{"collector-otlp-no-grpc"}) {
+		t.Errorf("my-config.yaml: %v", got)
+	}
+	if _, err := (&Checker{}).Run([]string{other}); err == nil || !strings.Contains(err.Error(), "not an ELF file, build file, collector config") {
+		t.Errorf("values.yaml: %v", err)
 	}
 }

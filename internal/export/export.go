@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spanprof/spanprof/internal/export/flamegraph"
@@ -74,17 +76,119 @@ func lookup(path string) (int, error) {
 	return 0, fmt.Errorf("output %q: %w: name it *%s", path, ErrUnknownFormat, strings.Join(Suffixes(), ", *"))
 }
 
-// WriteFile writes p to path in the format its name selects. It writes a
-// temporary file in the same directory and renames it, so a failed export
-// never leaves a truncated file behind.
-func WriteFile(path string, p *profile.Profile) (err error) {
-	if _, err := FormatFor(path); err != nil {
+// Formats lists the format names, for --format and help texts.
+func Formats() []string {
+	s := make([]string, len(formats))
+	for i, f := range formats {
+		s[i] = f.format
+	}
+	return s
+}
+
+// ResolveFormat returns the format of output path: format when given
+// (one of Formats), else the one its name selects. Stdout ("-") needs a
+// format, as it has no name to take one from.
+func ResolveFormat(path, format string) (string, error) {
+	if format != "" {
+		if !slices.Contains(Formats(), format) {
+			return "", fmt.Errorf("--format %q: %w: use %s", format, ErrUnknownFormat, strings.Join(Formats(), ", "))
+		}
+		return format, nil
+	}
+	if path == "-" {
+		return "", fmt.Errorf("output to stdout needs --format (%s)", strings.Join(Formats(), ", "))
+	}
+	return FormatFor(path)
+}
+
+// CheckDestination reports, before anything is recorded, why path could
+// not be written: a missing or unwritable directory, or a directory in
+// the file's place. Stdout ("-") and existing devices or pipes are
+// written in place and always pass.
+func CheckDestination(path string) error {
+	if path == "-" {
+		return nil
+	}
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return fmt.Errorf("output %s is a directory: name a file in it", path)
+		}
+		if !st.Mode().IsRegular() {
+			return nil
+		}
+	}
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("output %s: directory %s does not exist", path, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("output %s: %w", path, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("output %s: %s is not a directory", path, dir)
+	}
+	// The file is written next to its destination and renamed: try that.
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".check*")
+	if err != nil {
+		return fmt.Errorf("output %s: cannot write in %s: %w", path, dir, unwrapPath(err))
+	}
+	tmp.Close()
+	os.Remove(tmp.Name())
+	return nil
+}
+
+// unwrapPath drops the temporary file's name from an error, so the user
+// reads only the paths they gave.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Write writes p to w in format (one of Formats).
+func Write(w io.Writer, format string, p *profile.Profile) error {
+	for _, f := range formats {
+		if f.format == format {
+			return f.write(w, p)
+		}
+	}
+	return fmt.Errorf("write profile: %w %q", ErrUnknownFormat, format)
+}
+
+// WriteFile writes p to path in the format its name selects.
+func WriteFile(path string, p *profile.Profile) error {
+	format, err := FormatFor(path)
+	if err != nil {
 		return err
 	}
-	i, _ := lookup(path)
+	return WriteOutput(path, format, p)
+}
+
+// WriteOutput writes p to path in format. A regular file is written as a
+// temporary file in the same directory and renamed, so a failed export
+// never leaves a truncated file behind; a device or pipe (/dev/stdout) is
+// written in place.
+func WriteOutput(path, format string, p *profile.Profile) (err error) {
+	if err := CheckDestination(path); err != nil {
+		return err
+	}
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		out, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", path, unwrapPath(err))
+		}
+		if err := Write(out, format, p); err != nil {
+			out.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return out.Close()
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("create output: %w", err)
+		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
 	}
 	defer func() {
 		if err != nil {
@@ -92,17 +196,17 @@ func WriteFile(path string, p *profile.Profile) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err := formats[i].write(tmp, p); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err := Write(tmp, format, p); err != nil {
+		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, unwrapPath(err))
 	}
 	return nil
 }

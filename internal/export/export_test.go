@@ -108,7 +108,7 @@ func TestWriteFileFailures(t *testing.T) {
 		wantErr string
 	}{
 		{"unknown", filepath.Join(dir, "p.txt"), "unsupported output format"},
-		{"missing directory", filepath.Join(dir, "nope", "p.folded"), "create output"},
+		{"missing directory", filepath.Join(dir, "nope", "p.folded"), "does not exist"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,5 +130,55 @@ func TestWriteSummary(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "top 3 functions by self on-CPU samples") {
 		t.Errorf("unexpected summary:\n%s", buf.String())
+	}
+}
+
+// TestCheckDestination: a destination that cannot be written is refused
+// before recording, naming the user's path and the reason.
+func TestCheckDestination(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plain")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path, want string
+	}{
+		{filepath.Join(dir, "ok.folded"), ""},
+		{"-", ""},
+		{"/dev/null", ""},
+		{dir, dir + " is a directory"},
+		{filepath.Join(dir, "missing", "x.folded"), "directory " + filepath.Join(dir, "missing") + " does not exist"},
+		{filepath.Join(file, "x.folded"), file + " is not a directory"},
+	}
+	for _, tt := range tests {
+		err := CheckDestination(tt.path)
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tt.path, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), ".tmp") {
+			t.Errorf("%s: error %v, want %q", tt.path, err, tt.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the check left files behind: %v", entries)
+	}
+}
+
+func TestResolveFormat(t *testing.T) {
+	if f, err := ResolveFormat("-", FormatFolded); err != nil || f != FormatFolded {
+		t.Errorf("- folded: %q %v", f, err)
+	}
+	if _, err := ResolveFormat("-", ""); err == nil || !strings.Contains(err.Error(), "needs --format") {
+		t.Errorf("- without format: %v", err)
+	}
+	if _, err := ResolveFormat("x.folded", "svg"); !errors.Is(err, ErrUnknownFormat) {
+		t.Errorf("svg: %v", err)
+	}
+	if f, err := ResolveFormat("/dev/stdout", FormatPprof); err != nil || f != FormatPprof {
+		t.Errorf("/dev/stdout pprof: %q %v", f, err)
 	}
 }

@@ -37,11 +37,8 @@ func TestRecordTracefs(t *testing.T) {
 	if _, err := exec.LookPath("capsh"); err != nil {
 		t.Skip("capsh (libcap2-bin) not installed")
 	}
-	target := exec.Command("sleep", "60")
-	if err := target.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { target.Process.Kill(); target.Wait() })
+	// A busy target: a recording without a sample is an error.
+	target := startFixture(t, "gofix", "60000")
 	record := fmt.Sprintf("%s record -v --pid %d --duration 1s", binPath, target.Process.Pid)
 	const unmount = "umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug/tracing 2>/dev/null; umount /sys/kernel/debug 2>/dev/null; "
 	const mount = "mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing; "

@@ -153,7 +153,7 @@ watch:
 	if childSamples == 0 {
 		t.Fatal("no samples of the short-lived children")
 	}
-	if !strings.Contains(rec.stderr.String(), "samples were taken inside an exec") {
+	if !strings.Contains(rec.stderr.String(), "taken while a process was starting a new program (exec)") {
 		t.Error("no sample flagged inside an exec: the children's samples in execve keep their parent's addresses unnamed")
 	}
 	if inExec >= 50 && pct(inExecNamed, inExec) < 90 {

@@ -5,6 +5,7 @@ package summary
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -49,7 +50,7 @@ func Write(w io.Writer, p *profile.Profile, top int) error {
 		writeTop(bw, "off-CPU time", off, top, duration)
 	}
 	if len(procs) > 0 {
-		writeProcesses(bw, p, procs)
+		writeProcesses(bw, p, procs, maxProcesses)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write summary: %w", err)
@@ -69,10 +70,10 @@ func writeHeader(w io.Writer, p *profile.Profile, procs []procStat) {
 	if !p.Start.IsZero() {
 		fmt.Fprintf(w, " from %s", p.Start.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, ", %d Hz, %d processes\n", p.Frequency, len(procs))
-	fmt.Fprintf(w, "on-CPU: %d samples (%s CPU)", on, time.Duration(on*p.PeriodNanos()))
+	fmt.Fprintf(w, ", %d Hz, %s\n", p.Frequency, plural(int64(len(procs)), "process", "processes"))
+	fmt.Fprintf(w, "on-CPU: %s (%s CPU)", plural(on, "sample", "samples"), round(time.Duration(on*p.PeriodNanos())))
 	if offEvents > 0 {
-		fmt.Fprintf(w, "; off-CPU: %d events, %s blocked", offEvents, time.Duration(off))
+		fmt.Fprintf(w, "; off-CPU: %s, %s blocked", plural(int64(offEvents), "event", "events"), round(time.Duration(off)))
 	}
 	fmt.Fprintln(w)
 	var lost []string
@@ -175,11 +176,41 @@ func writeTop(w io.Writer, what string, stats []fnStat, top int, format func(int
 	}
 }
 
-func writeProcesses(w io.Writer, p *profile.Profile, procs []procStat) {
-	fmt.Fprintln(w, "\nprocesses (in span: share of samples or blocked time taken inside a span)")
+// maxProcesses caps the process table: a machine-wide recording sees
+// hundreds, and the busiest are what the table is read for.
+const maxProcesses = 20
+
+// writeProcesses writes the busiest processes first (on-CPU samples, then
+// off-CPU time), at most limit of them and a line for the rest.
+func writeProcesses(w io.Writer, p *profile.Profile, procs []procStat, limit int) {
+	procs = slices.Clone(procs)
+	slices.SortFunc(procs, func(a, b procStat) int {
+		if a.on != b.on {
+			return cmp.Compare(b.on, a.on)
+		}
+		if a.offNanos != b.offNanos {
+			return cmp.Compare(b.offNanos, a.offNanos)
+		}
+		return cmp.Compare(a.pid, b.pid)
+	})
+	fmt.Fprintln(w, "\nprocesses, busiest first (in span: share of samples or blocked time taken inside a span)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "pid\tprocess\tservice\ton-CPU\tin span\toff-CPU\tin span")
-	for _, ps := range procs {
+	shown := procs[:min(limit, len(procs))]
+	defer func() {
+		if rest := procs[len(shown):]; len(rest) > 0 {
+			var on, off int64
+			for _, ps := range rest {
+				on, off = on+ps.on, off+ps.offNanos
+			}
+			line := fmt.Sprintf("… %d more %s: %s", len(rest), plural0(len(rest), "process", "processes"), plural(on, "on-CPU sample", "on-CPU samples"))
+			if off > 0 {
+				line += fmt.Sprintf(", %s off-CPU", round(time.Duration(off)))
+			}
+			fmt.Fprintln(w, line)
+		}
+	}()
+	for _, ps := range shown {
 		service := ""
 		if pr := p.Processes[ps.pid]; pr != nil {
 			service = pr.ServiceName
@@ -202,4 +233,28 @@ func pct(v, of int64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f%%", 100*float64(v)/float64(of))
+}
+
+// plural writes n and the noun that agrees with it.
+func plural(n int64, one, many string) string {
+	return fmt.Sprintf("%d %s", n, plural0(int(n), one, many))
+}
+
+func plural0(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// round keeps three significant digits or so of a total: 1.99999998s is
+// 2s, 12.3456ms is 12.35ms.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
 }
