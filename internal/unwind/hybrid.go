@@ -136,13 +136,13 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 				// sp comes from a chain frame beyond the window: the
 				// bytes are beyond it too.
 				w.needed = max(w.needed, uint64(len(s.Window))+8)
-				res.Stop = w.cut(at, fromChain)
+				res.Stop = w.cut(at, fromChain, false)
 				return frames, res
 			}
 			cfa := base + uint64(r.Offset)
 			var got bool
 			if ra, got = w.word(cfa - 8); !got {
-				res.Stop = w.cut(at, fromChain)
+				res.Stop = w.cut(at, fromChain, w.inWindow(base))
 				return frames, res
 			}
 			switch slot := cfa + uint64(r.FPOffset); {
@@ -153,7 +153,7 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 				// value again.
 			case r.FP == FPAtCFA:
 				if fp, got = w.word(slot); !got {
-					res.Stop = w.cut(at, fromChain)
+					res.Stop = w.cut(at, fromChain, w.inWindow(base))
 					return frames, res
 				}
 				fpOK, at = true, w.match(fp)
@@ -192,12 +192,19 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 	}
 }
 
-// cut says why a walk stopped for bytes beyond the window: below the
-// kernel's last frame, reached through its chain, the frameless code is
-// the bottom of a stack deeper than the window (StopBelowWindow);
-// elsewhere a wider window would have the bytes (StopWindow).
-func (w *walker) cut(at int, fromChain bool) Stop {
-	if fromChain && at == len(w.s.Chain)-1 {
+// cut says why a walk stopped for bytes beyond the window. Below the
+// kernel's last frame, reached through its chain, frameless code whose
+// frame starts beyond the window is the bottom of a stack deeper than the
+// window (StopBelowWindow: start_thread's or __libc_start_call_main's
+// frames under a deep stack). Everywhere else a wider window would have
+// the bytes (StopWindow), also for frameless code under the chain's last
+// frame whose frame starts inside the window but ends beyond it: a large
+// frame such as vfprintf's work buffer under a frame-pointer function it
+// calls (glibc's __printf_fp_l), where the kernel's walk ended because the
+// frameless code used the frame pointer as a general register. spIn says
+// whether the frame (its CFA rule's base) starts inside the window.
+func (w *walker) cut(at int, fromChain, spIn bool) Stop {
+	if fromChain && at == len(w.s.Chain)-1 && !spIn {
 		return StopBelowWindow
 	}
 	return StopWindow
@@ -226,6 +233,11 @@ type walker struct {
 	nfps int
 	// needed is the end of the highest word read, from SP.
 	needed uint64
+}
+
+// inWindow reports whether addr lies inside the window.
+func (w *walker) inWindow(addr uint64) bool {
+	return addr >= w.s.SP && addr-w.s.SP < uint64(len(w.s.Window))
 }
 
 // word reads the 8 bytes at addr from the window.

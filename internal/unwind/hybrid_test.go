@@ -33,6 +33,7 @@ const (
 	fnNoInfo = 0x7000 // no unwind rule
 	fnBig    = 0x8000 // frameless with 1600 bytes of locals: CFA = rsp+1608
 	fnEpi    = 0x9000 // in an epilogue: rbp popped, its rule still "at CFA-48"
+	fnBigGPR = 0xa000 // frameless with 1600 bytes of frame, rbp saved at CFA-16 and used as a general register
 )
 
 var (
@@ -46,6 +47,7 @@ var (
 		{fnGPR, fnGPR + 0x100, Rule{Kind: SPOffset, Offset: 24, FP: FPAtCFA, FPOffset: -16}},
 		{fnBig, fnBig + 0x100, Rule{Kind: SPOffset, Offset: 1608}},
 		{fnEpi, fnEpi + 0x100, Rule{Kind: SPOffset, Offset: 24, FP: FPAtCFA, FPOffset: -48}},
+		{fnBigGPR, fnBigGPR + 0x100, Rule{Kind: SPOffset, Offset: 1608, FP: FPAtCFA, FPOffset: -16}},
 	}
 )
 
@@ -199,6 +201,40 @@ func TestWalk(t *testing.T) {
 		},
 		window: 256,
 		want:   want{[]uint64{fnCmp + 0x30, ret(fnMain), ret(fnQsort)}, StopBelowWindow, 0},
+	}, {
+		// vfprintf's shape: a frameless function with a large frame that
+		// uses rbp as a general register calls a frame-pointer function
+		// (glibc's __printf_fp_l), so the kernel's walk ends under it.
+		// Its frame starts inside the window: a wider window holds it.
+		name: "a large frameless frame under the chain's last frame: a window cut",
+		build: func(b *stackBuilder) (uint64, uint64) {
+			b.push(0)
+			bp := b.fpFrame(ret(fnStart), 0) // main's frame
+			b.push(ret(fnMain))              // the large function's return address
+			b.push(bp)                       // main's rbp, saved at CFA-16
+			for range 199 {
+				b.push(0)
+			}
+			bp = b.fpFrame(ret(fnBigGPR), 3) // rbp held a number at the call
+			return fnCmp + 0x30, bp
+		},
+		window: 1024,
+		want:   want{[]uint64{fnCmp + 0x30, ret(fnBigGPR)}, StopWindow, 0},
+	}, {
+		name: "the same stack in a window that holds it",
+		build: func(b *stackBuilder) (uint64, uint64) {
+			b.push(0)
+			bp := b.fpFrame(ret(fnStart), 0)
+			b.push(ret(fnMain))
+			b.push(bp)
+			for range 199 {
+				b.push(0)
+			}
+			bp = b.fpFrame(ret(fnBigGPR), 3)
+			return fnCmp + 0x30, bp
+		},
+		window: 4096,
+		want:   want{[]uint64{fnCmp + 0x30, ret(fnBigGPR), ret(fnMain), ret(fnStart)}, StopOutermost, 2},
 	}, {
 		name: "a frame without unwind information off the chain",
 		build: func(b *stackBuilder) (uint64, uint64) {
