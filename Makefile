@@ -10,8 +10,12 @@ OUT := out
 # chromium drives the web UI tests, debuginfod serves debug files to the
 # symbolization tests; perf is the reference of the unwinding test
 # (perf record --call-graph dwarf); qemu and busybox-static boot the kernel
-# matrix (test/kernels); the rest build eBPF objects and fixtures.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debuginfod linux-perf qemu-system-x86 busybox-static
+# matrix (test/kernels), whose arm64 guest also needs qemu-system-arm, the
+# cross toolchain and glibc for its fixtures, and Debian's arm64 archive
+# (dpkg's arm64 architecture) for its kernel and busybox; the rest build
+# eBPF objects and fixtures.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debuginfod linux-perf \
+	qemu-system-x86 qemu-system-arm busybox-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 # Peers measured side by side by `make bench`.
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
@@ -31,10 +35,17 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-X github.com/spanprof/spanprof/internal/cli.version=$(VERSION)" -o $(BIN) ./cmd/spanprof
 
 deps:
-	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/include/bpf/bpf_helpers.h ] || ! command -v chromium >/dev/null \
-		|| ! command -v debuginfod >/dev/null || ! command -v qemu-system-x86_64 >/dev/null \
-		|| ! dpkg -s busybox-static >/dev/null 2>&1 || ! command -v perf >/dev/null || ! command -v g++ >/dev/null; then \
-		echo "installing $(APT_PACKAGES)"; \
+	@missing=""; \
+	for c in $(CLANG) chromium debuginfod perf g++ qemu-system-x86_64 qemu-system-aarch64 aarch64-linux-gnu-gcc; do \
+		command -v $$c >/dev/null || missing="$$missing $$c"; \
+	done; \
+	[ -f /usr/include/bpf/bpf_helpers.h ] || missing="$$missing libbpf-dev"; \
+	dpkg -s busybox-static libc6-dev-arm64-cross >/dev/null 2>&1 || missing="$$missing busybox-static/libc6-dev-arm64-cross"; \
+	if ! dpkg --print-foreign-architectures | grep -qx arm64; then \
+		dpkg --add-architecture arm64; missing="$$missing arm64-archive"; \
+	fi; \
+	if [ -n "$$missing" ]; then \
+		echo "installing (missing:$$missing): $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
 
