@@ -128,7 +128,7 @@ func TestRecordSymbolizeModes(t *testing.T) {
 			if n < 100 {
 				t.Fatalf("only %d samples in the fixture\n%s", n, stderr)
 			}
-			named, lines := 0, 0
+			named, lines, crt := 0, 0, 0
 			for _, f := range frames {
 				if f.Mapping.BuildID != id {
 					t.Fatalf("mapping build ID %q, want %s", f.Mapping.BuildID, id)
@@ -137,6 +137,13 @@ func TestRecordSymbolizeModes(t *testing.T) {
 					continue
 				}
 				named++
+				if f.Function == "_start" {
+					// The C runtime's entry (crt1.o), linked into the
+					// fixture: stacks reach it through glibc's
+					// __libc_start_call_main. It has no chain.c line.
+					crt++
+					continue
+				}
 				if !chainNames[f.Function] {
 					t.Errorf("frame named %q: not a function of the fixture", f.Function)
 				}
@@ -145,7 +152,7 @@ func TestRecordSymbolizeModes(t *testing.T) {
 				}
 			}
 			t.Logf("%d samples, %d frames in the fixture, %d named, %d with chain.c:line", n, len(frames), named, lines)
-			if tt.wantNames && (named < len(frames)*9/10 || lines < named*9/10) {
+			if tt.wantNames && (named < len(frames)*9/10 || lines < (named-crt)*9/10) {
 				t.Errorf("%d of %d frames named, %d with lines; want ≥ 90%%\n%s", named, len(frames), lines, stderr)
 			}
 			if !tt.wantNames && named > 0 {
