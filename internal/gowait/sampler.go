@@ -26,6 +26,7 @@ import (
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"github.com/spanprof/spanprof/internal/tracectx"
+	"github.com/spanprof/spanprof/internal/unwind"
 )
 
 // DefaultFrequency is the default sampling rate in Hz: prime, so that it
@@ -41,6 +42,9 @@ type Options struct {
 	Logger     *slog.Logger
 	// Memory opens a process's memory; nil means process_vm_readv.
 	Memory func(pid uint32) Memory
+	// Tables caches unwind rules for the C frames of cgo callbacks; nil
+	// means a private cache.
+	Tables *unwind.Cache
 }
 
 // Stats counts what the sampler saw; every goroutine that was waiting but
@@ -65,6 +69,12 @@ type Stats struct {
 	// DroppedLabels: the label set could not be read.
 	DroppedLabels uint64
 	TickErrors    uint64 // whole-process read failures
+	// NativeCallbacks: goroutines parked inside a Go callback from C
+	// whose C frames were unwound up to runtime.asmcgocall; NativeFrames
+	// counts the frames added. NativeCut: such goroutines whose native
+	// walk stopped earlier (bytes beyond the copy of the thread's stack,
+	// code without unwind rules); their frames up to there are kept.
+	NativeCallbacks, NativeFrames, NativeCut uint64
 	// UncoveredNs is wall time between late ticks beyond the two-period
 	// cap (a stalled agent, or ticks the ticker dropped): the goroutines
 	// parked meanwhile are under-counted by that much each.
@@ -111,6 +121,9 @@ func New(opts Options) *Sampler {
 	if opts.Symbolizer == nil {
 		opts.Symbolizer = symbolize.New(opts.Logger, symbolize.Options{})
 	}
+	if opts.Tables == nil {
+		opts.Tables = unwind.NewCache(opts.Logger, unwind.CacheOptions{})
+	}
 	if opts.Memory == nil {
 		opts.Memory = func(pid uint32) Memory { return newProcessMemory(int(pid)) }
 	}
@@ -137,7 +150,10 @@ func (s *Sampler) Add(pid uint32) error {
 			return fmt.Errorf("inspect process %d: %w", pid, err)
 		}
 	}
-	t := newTarget(pid, s.opts.Memory(pid), info, bias)
+	mem := s.opts.Memory(pid)
+	t := newTarget(pid, mem, info, bias)
+	tracker := s.opts.Tracker
+	t.native = newNativeUnwinder(exe, bias, mem, func() *proc.Process { return tracker.Get(pid) }, s.opts.Tables, s.log)
 	s.mu.Lock()
 	s.targets[pid] = &targetState{target: t, frames: map[int]*stackFrames{}, mappings: map[uint64]*profile.Mapping{}}
 	s.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/tracectx"
+	"github.com/spanprof/spanprof/internal/unwind"
 )
 
 type layout = tracectx.GoGLayout
@@ -21,7 +22,10 @@ type target struct {
 	mem  Memory
 	info *tracectx.GoAllGInfo
 	bias uint64 // load bias of a PIE executable
-	span uint32 // bytes of g read per goroutine
+	// native unwinds the C frames of goroutines parked in cgo callbacks;
+	// nil for a binary without cgo.
+	native *nativeUnwinder
+	span   uint32 // bytes of g read per goroutine
 
 	// cache holds, per index in allgs, the last parked stack read there;
 	// it holds while the goroutine stays parked (gState.sameStack). The
@@ -203,7 +207,22 @@ func (t *target) readStacks(gs []uint64, states []gState, fresh []int, st *Stats
 			continue
 		}
 		g := states[i]
-		pcs, complete := walkStack(&g, bufs[k])
+		pcs, complete, left := walkStack(&g, bufs[k])
+		if !complete && left != 0 && t.native != nil {
+			var res unwind.Result
+			var reached bool
+			n := len(pcs)
+			pcs, res, reached = t.native.unwind(pcs, left)
+			if len(pcs) > n {
+				st.NativeFrames += uint64(len(pcs) - n)
+			}
+			if reached {
+				st.NativeCallbacks++
+			} else {
+				st.NativeCut++
+				t.native.log(res)
+			}
+		}
 		if !complete {
 			st.Truncated++
 		}

@@ -56,30 +56,35 @@ func (g *gState) sameStack(b *gState) bool {
 // each frame's saved bp is at bp and its return address at bp+8. Frame
 // pointers must grow strictly towards hi, so the walk ends. complete says
 // the walk reached the end of the chain (bp 0, at runtime.goexit's
-// frame) rather than a bound or a pointer leaving the copy.
-func walkStack(g *gState, stack []byte) (pcs []uint64, complete bool) {
+// frame) rather than a bound or a pointer leaving the copy. left is the
+// frame pointer that left the goroutine's stack [lo, hi), 0 if none: in a
+// cgo callback it points into the thread's stack (nativeUnwinder).
+func walkStack(g *gState, stack []byte) (pcs []uint64, complete bool, left uint64) {
 	pcs = append(make([]uint64, 0, 16), g.pc)
 	bp := g.bp
 	for len(pcs) < maxFrames {
 		if bp == 0 {
-			return pcs, true
+			return pcs, true, 0
 		}
 		off := bp - g.sp
+		if bp < g.lo || bp >= g.hi {
+			return pcs, false, bp
+		}
 		if bp < g.sp || off+16 > uint64(len(stack)) || bp&7 != 0 {
-			return pcs, false
+			return pcs, false, 0
 		}
 		next := binary.LittleEndian.Uint64(stack[off:])
 		ret := binary.LittleEndian.Uint64(stack[off+8:])
 		if ret == 0 {
-			return pcs, true
+			return pcs, true, 0
 		}
 		pcs = append(pcs, ret)
-		if next != 0 && next <= bp {
-			return pcs, false
+		if next != 0 && next <= bp && (next >= g.lo && next < g.hi) {
+			return pcs, false, 0
 		}
 		bp = next
 	}
-	return pcs, false
+	return pcs, false, 0
 }
 
 // parseG decodes a runtime.g prefix read with layout l.

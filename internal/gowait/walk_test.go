@@ -46,7 +46,7 @@ func TestWalkStack(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := gState{sp: sp, pc: 0x400000, bp: tt.bp, lo: sp - 0x1000, hi: hi}
-			pcs, complete := walkStack(&g, tt.stack)
+			pcs, complete, _ := walkStack(&g, tt.stack)
 			if !slices.Equal(pcs, tt.want) || complete != tt.complete {
 				t.Errorf("walk = %#x complete %v, want %#x complete %v", pcs, complete, tt.want, tt.complete)
 			}

@@ -1,0 +1,3 @@
+module cgofixture
+
+go 1.21
