@@ -99,9 +99,7 @@ func symNames(t *testing.T, bin string, frames []profile.Frame) []string {
 	}
 	defer f.Close()
 	syms, _ := f.Symbols()
-	dyn, _ := f.DynamicSymbols()
 	libc := map[string]bool{"qsort_r": true}
-	_ = dyn
 	var out []string
 	for i, fr := range frames {
 		pc := fr.Address
