@@ -93,6 +93,13 @@ func TestReliabilityPinHelper(t *testing.T) {
 	if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
 		t.Fatalf("mount private bpffs: %v", err)
 	}
+	// A busy process, so that each recording has samples: a recording
+	// of nothing is an error, which is not the fault under test.
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
 	dir := "/sys/fs/bpf/spanprof"
 	pin := func(path string, spec *ebpf.MapSpec) {
 		m, err := ebpf.NewMap(spec)
@@ -113,7 +120,7 @@ func TestReliabilityPinHelper(t *testing.T) {
 		pin(dir, hash)
 	case "stale-compatible":
 		// A first run leaves the pin; the second must reuse it.
-		if out, err := exec.Command(binPath, "record", "--duration", "300ms", "--frequency", "9").CombinedOutput(); err != nil {
+		if out, err := exec.Command(binPath, "record", "--duration", "300ms", "--frequency", "99").CombinedOutput(); err != nil {
 			t.Fatalf("first run: %v\n%s", err, out)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "task_trace_context")); err != nil {
@@ -122,7 +129,7 @@ func TestReliabilityPinHelper(t *testing.T) {
 	default:
 		t.Fatalf("unknown fault %q", fault)
 	}
-	cmd := exec.Command(binPath, "record", "--duration", "300ms", "--frequency", "9", "--output", filepath.Join(t.TempDir(), "p.folded"))
+	cmd := exec.Command(binPath, "record", "--duration", "300ms", "--frequency", "99", "--output", filepath.Join(t.TempDir(), "p.folded"))
 	out, err := cmd.CombinedOutput()
 	fmt.Printf("%s", out)
 	code := 0
