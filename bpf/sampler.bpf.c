@@ -208,6 +208,9 @@ struct {
 	__type(value, __u32);
 } stack_windows SEC(".maps");
 
+/* Words of stack_sample.data. */
+#define DATA_WORDS (STACK_WINDOW_MAX / 8 + MAX_USER_FRAMES + MAX_KERN_FRAMES)
+
 /* window_words returns where s's frames start in data, in words: after
  * the window, bounded for the verifier. */
 static __always_inline __u64 window_words(struct stack_sample *s)
@@ -217,6 +220,22 @@ static __always_inline __u64 window_words(struct stack_sample *s)
 	if (fo > STACK_WINDOW_MAX / 8)
 		fo = STACK_WINDOW_MAX / 8;
 	return fo;
+}
+
+/* data_at returns the index of word i of s's frames in data, or
+ * DATA_WORDS when it would not fit (never, for the i the walks pass). The
+ * bound is checked on the final index, right before its use: 6.1's
+ * verifier loses the window's bound when clang spills it before the
+ * clamp in window_words, and the walks' loops then index with an
+ * unbounded offset ("invalid access to memory"). */
+static __always_inline __u64 data_at(__u64 fo, __u64 i)
+{
+	__u64 at = fo + (i & FRAME_IDX_MASK);
+
+	barrier_var(at);
+	if (at >= DATA_WORDS)
+		return DATA_WORDS;
+	return at;
 }
 
 /* One snapshot per program kind and CPU: index 0 for on-CPU ticks, 1 for
@@ -414,7 +433,7 @@ static __always_inline int frame_addr(__u64 bp)
 __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 base, __u32 len,
 			 struct walk_pos *pos)
 {
-	__u64 bp, off, w, n, idx, fo;
+	__u64 bp, off, w, n, idx, fo, at;
 	int j;
 
 	if (!s || !snap || !pos)
@@ -439,7 +458,10 @@ __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 
 		 * per frame. barrier_var keeps clang from dropping them. */
 		barrier_var(w);
 		barrier_var(idx);
-		s->data[fo + (idx & FRAME_IDX_MASK)] = snap->w[(w + 1) & SNAP_WORD_MASK];
+		at = data_at(fo, idx);
+		if (at >= DATA_WORDS)
+			break;
+		s->data[at] = snap->w[(w + 1) & SNAP_WORD_MASK];
 		bp = snap->w[w & SNAP_WORD_MASK];
 	}
 	pos->bp = bp;
@@ -450,7 +472,7 @@ __noinline int walk_snap(struct stack_sample *s, struct stack_snap *snap, __u64 
 /* walk_mem continues a walk in user memory, one read per frame. */
 __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 {
-	__u64 bp, fr[2], n, idx, fo;
+	__u64 bp, fr[2], n, idx, fo, at;
 	int j;
 
 	if (!s || !pos)
@@ -465,7 +487,10 @@ __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 		    bpf_probe_read_user(fr, sizeof(fr), (void *)bp))
 			break;
 		barrier_var(idx);
-		s->data[fo + (idx & FRAME_IDX_MASK)] = fr[1];
+		at = data_at(fo, idx);
+		if (at >= DATA_WORDS)
+			break;
+		s->data[at] = fr[1];
 		bp = fr[0];
 	}
 	pos->n = n + j;
@@ -480,14 +505,17 @@ __noinline int walk_mem(struct stack_sample *s, struct walk_pos *pos)
 __noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32 snap_len)
 {
 	struct walk_pos pos = {};
-	__u64 before;
+	__u64 before, first;
 	__u32 len;
 
 	if (!s)
 		return 0;
 	pos.bp = s->user_bp;
 	pos.n = 1;
-	s->data[window_words(s)] = s->user_ip;
+	first = data_at(window_words(s), 0);
+	if (first >= DATA_WORDS)
+		return 0;
+	s->data[first] = s->user_ip;
 	if (snap) {
 		walk_snap(s, (struct stack_snap *)s->data, s->user_sp, snap_len, &pos);
 		for (int c = 0; c < EXTRA_CHUNKS; c++) {
@@ -510,15 +538,20 @@ __noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32
  * and returns how many bytes of s hold data. */
 static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, struct user_ctx *u, int kernel)
 {
-	__u64 nu = 0, nk = 0, fo = window_words(s);
+	__u64 nu = 0, nk = 0, fo = window_words(s), ua, ka, words;
 	long n;
 
+	/* Every index into data is bounded where it is used (data_at): see
+	 * there for why. */
+	ua = data_at(fo, 0);
 	if (!s->user_ip)
 		n = 0; /* kernel thread */
 	else if (MODE_USER_64(u->mode))
 		n = walk_user(s, u->snap, u->snap_len) * sizeof(__u64);
-	else /* a 32-bit process: the kernel knows its frame layout */
-		n = bpf_get_stack(ctx, &s->data[fo], MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+	else if (ua <= DATA_WORDS - MAX_USER_FRAMES) /* a 32-bit process: the kernel knows its frame layout */
+		n = bpf_get_stack(ctx, &s->data[ua], MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
+	else
+		n = 0;
 	if (n < 0) {
 		count(CNT_USTACK_ERR);
 		s->user_frames = n;
@@ -527,7 +560,9 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 		s->user_frames = nu;
 	}
 	/* A tick that interrupted user code has no kernel stack to walk. */
-	n = kernel ? bpf_get_stack(ctx, &s->data[fo + nu], MAX_KERN_FRAMES * sizeof(__u64), 0) : 0;
+	ka = data_at(fo, nu);
+	n = kernel && ka <= DATA_WORDS - MAX_KERN_FRAMES ?
+		    bpf_get_stack(ctx, &s->data[ka], MAX_KERN_FRAMES * sizeof(__u64), 0) : 0;
 	if (n < 0) {
 		count(CNT_KSTACK_ERR);
 		s->kern_frames = n;
@@ -537,7 +572,11 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 			nk = MAX_KERN_FRAMES;
 		s->kern_frames = nk;
 	}
-	return __builtin_offsetof(struct stack_sample, data) + (fo + nu + nk) * sizeof(__u64);
+	words = fo + nu + nk;
+	barrier_var(words);
+	if (words > DATA_WORDS)
+		words = DATA_WORDS;
+	return __builtin_offsetof(struct stack_sample, data) + words * sizeof(__u64);
 }
 
 SEC("perf_event")
