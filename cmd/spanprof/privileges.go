@@ -78,6 +78,10 @@ const (
 )
 
 var capNames = map[capability]string{
+	capChown:             "CAP_CHOWN",
+	capKill:              "CAP_KILL",
+	capSetgid:            "CAP_SETGID",
+	capSetuid:            "CAP_SETUID",
 	capDacOverride:       "CAP_DAC_OVERRIDE",
 	capDacReadSearch:     "CAP_DAC_READ_SEARCH",
 	capSetpcap:           "CAP_SETPCAP",
@@ -160,7 +164,9 @@ func dropCapabilities(keep []capability) ([]capability, error) {
 	var mask uint64
 	var kept []capability
 	for _, c := range keep {
-		if have.permitted&(1<<c) != 0 {
+		// A capability asked for twice (record's file writing and the
+		// JVM attach both keep CAP_DAC_OVERRIDE) is kept once.
+		if have.permitted&(1<<c) != 0 && mask&(1<<c) == 0 {
 			mask |= 1 << c
 			kept = append(kept, c)
 		}

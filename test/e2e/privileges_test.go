@@ -35,6 +35,13 @@ func TestRecordDropsCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "p.folded")
+	// A busy process, so that the recording has samples: a recording of
+	// nothing is an error, which is not what this test is about.
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
 	rec := exec.Command(binPath, "record", "-v", "--duration", "4s", "--output", out)
 	stderr, err := rec.StderrPipe()
 	if err != nil {
