@@ -8,7 +8,7 @@ public class Hot {
     static volatile long sink;
 
     static long work(long x) {
-        for (int i = 0; i < 1000; i++) {
+        for (int i = 0; i < 20000; i++) {
             x = x * 6364136223846793005L + 1442695040888963407L;
             x ^= x >>> 17;
         }
@@ -16,7 +16,7 @@ public class Hot {
     }
 
     static long late(long x) {
-        for (int i = 0; i < 1000; i++) {
+        for (int i = 0; i < 20000; i++) {
             x = x * 2862933555777941757L + 3037000493L;
             x ^= x >>> 23;
         }
