@@ -1,7 +1,13 @@
 #!/bin/bash
 # Per-sample eBPF cost of spanprof builds side by side with bpftrace.
 #
-#   sudo bench/variants.sh [-s SECONDS] [-w chain|deep] BUILD...
+#   sudo bench/variants.sh [-s SECONDS] [-w chain|deep] [-p] BUILD...
+#
+# -p records the two workload processes only (--pid) rather than --all:
+# the programs still run on every tick, and return early for the other
+# processes, so the ns per run is lower and only builds compare; on a busy
+# machine it leaves out the other processes' stacks (a young process's
+# samples carry the widest stack window until its window is sized).
 #
 # Each BUILD is a spanprof binary (e.g. one built from a copy of the
 # program with one part changed). Two workloads run, bpftrace
@@ -14,16 +20,17 @@
 # share the ticks. Needs root, bpftrace, bpftool and the test fixtures
 # (make -C testdata/fixtures, make -C testdata/bench).
 set -euo pipefail
-secs=6 wl=chain
-while getopts s:w: o; do
+secs=6 wl=chain scope=--all
+while getopts s:w:p o; do
 	case $o in
+	p) scope=pids ;;
 	s) secs=$OPTARG ;;
 	w) wl=$OPTARG ;;
 	*) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -gt 0 ] || { echo "usage: $0 [-s SECONDS] [-w chain|deep] BUILD..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-s SECONDS] [-w chain|deep] [-p] BUILD..." >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 sysctl -qw kernel.bpf_stats_enabled=1 # run_time_ns; left on, as make bench leaves it
 tmp=$(mktemp -d)
@@ -43,7 +50,9 @@ pids+=($!)
 names=(bpftrace) owners=($!)
 i=0
 for b in "$@"; do
-	"$b" record --all --frequency 999 --duration 1h --output "$tmp/$i.pb.gz" >"$tmp/$i.log" 2>&1 &
+	target=(--all)
+	[ "$scope" = pids ] && target=(--pid "${pids[0]}" --pid "${pids[1]}")
+	"$b" record "${target[@]}" --frequency 999 --duration 1h --output "$tmp/$i.pb.gz" >"$tmp/$i.log" 2>&1 &
 	pids+=($!)
 	names+=("$b") owners+=($!)
 	i=$((i + 1))

@@ -208,6 +208,13 @@ struct {
 	__type(value, __u32);
 } stack_windows SEC(".maps");
 
+/* Window bytes for a process with no stack_windows entry yet: user space
+ * that sizes each process's window from what its first samples needed
+ * copies them with the widest window (STACK_WINDOW_MAX), so that a
+ * process's first stacks through a large frameless frame are not cut
+ * before it has a size; 0 keeps STACK_SNAP_BYTES. */
+volatile const __u32 new_process_window = 0;
+
 /* Words of stack_sample.data. */
 #define DATA_WORDS (STACK_WINDOW_MAX / 8 + MAX_USER_FRAMES + MAX_KERN_FRAMES)
 
@@ -335,12 +342,12 @@ static __always_inline __u32 read_more(struct stack_sample *s, __u32 want)
 /* fill_user copies the stack of the user context in s's registers, from
  * its stack pointer, into the record's window: the frame-pointer walk
  * starts in it, and user space unwinds frameless code in it. The first
- * chunk is always read; a process that needs more (stack_windows) gets it
- * in a second read. */
+ * chunk is always read; a process that needs more (stack_windows), or has
+ * no size yet (new_process_window), gets it in a second read. */
 static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u, __u32 snap_idx)
 {
 	struct stack_snap *snap;
-	__u32 len, *want;
+	__u32 len, bytes, *want;
 
 	u->snap = 0;
 	u->snap_len = 0;
@@ -352,8 +359,9 @@ static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u
 	len = read_chunk((struct stack_snap *)s->data, s->user_sp, STACK_SNAP_BYTES);
 	if (len == STACK_SNAP_BYTES) {
 		want = bpf_map_lookup_elem(&stack_windows, &s->pid);
-		if (want && *want > STACK_SNAP_BYTES)
-			len += read_more(s, *want);
+		bytes = want ? *want : new_process_window;
+		if (bytes > STACK_SNAP_BYTES)
+			len += read_more(s, bytes);
 	}
 	len &= ~7U;
 	u->snap = snap;

@@ -197,6 +197,7 @@ const (
 	SamplerProgSchedSwitchRaw     = "sched_switch_raw"
 	SamplerProgSetTraceContext    = "set_trace_context"
 	SamplerVarFilterPids          = "filter_pids"
+	SamplerVarNewProcessWindow    = "new_process_window"
 	SamplerVarOffcpuThresholdNs   = "offcpu_threshold_ns"
 	SamplerVarOtelMap             = "otel_map"
 	SamplerVarSelfTgid            = "self_tgid"
@@ -285,6 +286,7 @@ type SamplerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type SamplerVariableSpecs struct {
 	FilterPids          *ebpf.VariableSpec `ebpf:"filter_pids"`
+	NewProcessWindow    *ebpf.VariableSpec `ebpf:"new_process_window"`
 	OffcpuThresholdNs   *ebpf.VariableSpec `ebpf:"offcpu_threshold_ns"`
 	OtelMap             *ebpf.VariableSpec `ebpf:"otel_map"`
 	SelfTgid            *ebpf.VariableSpec `ebpf:"self_tgid"`
@@ -356,6 +358,7 @@ func (m *SamplerMaps) Close() error {
 // It can be passed to LoadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SamplerVariables struct {
 	FilterPids          *ebpf.Variable `ebpf:"filter_pids"`
+	NewProcessWindow    *ebpf.Variable `ebpf:"new_process_window"`
 	OffcpuThresholdNs   *ebpf.Variable `ebpf:"offcpu_threshold_ns"`
 	OtelMap             *ebpf.Variable `ebpf:"otel_map"`
 	SelfTgid            *ebpf.Variable `ebpf:"self_tgid"`

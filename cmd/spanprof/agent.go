@@ -51,6 +51,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		OffCPU:    sampler.OffCPUOptions{Enabled: cfg.OffCPU, Threshold: cfg.OffCPUThreshold},
 		RingBytes: cfg.Memory.RingMiB << 20,
 		Logger:    log,
+		// The collector sizes each process's window from its first
+		// samples, copied with the widest.
+		NewProcessWindow: newProcessWindow(),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "spanprof agent: %v\n", err)

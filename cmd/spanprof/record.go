@@ -196,8 +196,9 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		OffCPU: sampler.OffCPUOptions{Enabled: f.offCPU, Threshold: f.offCPUThreshold},
 		// Read an exec'd image at once from the reader: a short-lived
 		// process is gone by the time its samples are handled.
-		OnExec: tracker.Exec,
-		OnExit: tracker.ExitAt,
+		OnExec:           tracker.Exec,
+		OnExit:           tracker.ExitAt,
+		NewProcessWindow: newProcessWindow(),
 	})
 	if err != nil {
 		return err
@@ -357,8 +358,8 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))
 	}
 	if st.UnwindCFIFrames > 0 || st.UnwindWindowCut > 0 || st.UnwindNoInfo > 0 || st.UnwindBadRule > 0 || st.UnwindBelowWindow > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers; stacks cut: %d by the stack window (%d windows widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated\n",
-			st.UnwindCFIFrames, st.Samples, st.UnwindWindowCut, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule)
+		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers; stacks cut: %d by the stack window (%d windows sized, %d widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated\n",
+			st.UnwindCFIFrames, st.Samples, st.UnwindWindowCut, st.WindowsSized, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule)
 	}
 	if st.PreExec > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d %s taken while a process was starting a new program (exec); %d were named after the program it ran before\n",
@@ -387,6 +388,17 @@ loop:
 	n := len(prof.Samples)
 	fmt.Fprintf(stderr, "spanprof: wrote %d %s to %s\n", n, plural(n, "sample", "samples"), outputName(f.output))
 	return nil
+}
+
+// newProcessWindow is the stack window the kernel copies for a process
+// the collector has not sized one for yet: the widest, where the collector
+// sizes windows (collect.SizesWindows), so that the first stacks of a
+// process through a large frameless frame (vfprintf's) are not cut.
+func newProcessWindow() uint32 {
+	if collect.SizesWindows {
+		return sampler.WindowMax
+	}
+	return 0
 }
 
 func newCollector(freq int, log *slog.Logger, tracker *proc.Tracker, watch *correlate.Watcher, sym *symbolization, s *sampler.Sampler) *collect.Collector {

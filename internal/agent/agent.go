@@ -174,7 +174,8 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 			return info.ServiceName, info.Resource
 		}
 	}
-	// A sampler widens the stack window of processes whose stacks it cut.
+	// A sampler sizes the stack window of each process and widens it for
+	// processes whose stacks it cut.
 	if w, ok := src.(interface{ SetStackWindow(pid, bytes uint32) error }); ok {
 		collOpts.StackWindow = w.SetStackWindow
 	}
@@ -228,6 +229,14 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 				Name: "spanprof_stack_windows_widened_total",
 				Help: "Times a process's stack window was widened after the window cut one of its stacks.",
 			}, func() float64 { return float64(a.collector.Stats().WindowsWidened) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_stack_windows_sized_total",
+				Help: "Processes whose stack window was sized from what the walks of their first second of samples needed (copied with the widest window until then).",
+			}, func() float64 { return float64(a.collector.Stats().WindowsSized) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_stack_windows_unset_total",
+				Help: "Stack window sizes the kernel's map did not take (full): those processes keep the window they had, the widest for a process never sized.",
+			}, func() float64 { return float64(a.collector.Stats().WindowsUnset) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_pids_reused_by_fork_total",
 				Help: "Pids taken by a process that forked without an exec after the pid's process exited; samples after the exit were symbolized against the new process.",

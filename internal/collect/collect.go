@@ -37,6 +37,13 @@ type LRLeafFixer interface {
 // the link register rather than on the stack.
 var linkRegister = runtime.GOARCH == "arm64"
 
+// SizesWindows says whether the collector unwinds user stacks in the
+// window the kernel copies, and so sizes each process's window
+// (Options.StackWindow): on x86-64. On arm64 it takes a leaf's caller from
+// the link register, and a sampler copying a process with no size with a
+// wide window (sampler.Options.NewProcessWindow) would do so for good.
+var SizesWindows = !linkRegister
+
 // StackUnwinder is a LeafFixer that unwinds whole user stacks: frames
 // without a frame pointer by their CFA rules in the record's stack window,
 // the others from the kernel's chain, checked frame by frame
@@ -78,11 +85,23 @@ type Options struct {
 	VDSO   *symbolize.VDSO
 	NoVDSO bool
 	// StackWindow sets how many bytes of a process's stack the kernel
-	// copies with each sample (sampler.Sampler.SetStackWindow; 0 for the
-	// default): the collector widens the window of a process whose stacks
-	// it cut, and drops it at exit. Nil keeps every window at the default.
+	// copies with each sample (sampler.Sampler.SetStackWindow; 0 forgets
+	// the process's window): the collector sizes each process's window
+	// from what the walks of its samples needed over WindowProbe, widens
+	// the window of a process whose stacks it cut, and forgets it at exec
+	// and exit. Nil keeps every window at the sampler's default.
 	StackWindow func(pid, bytes uint32) error
+	// WindowProbe is how long a process's samples are watched before its
+	// window is sized (the sampler copies a process with no size with
+	// sampler.Options.NewProcessWindow); 0 means DefaultWindowProbe.
+	WindowProbe time.Duration
 }
+
+// DefaultWindowProbe watches a process's stacks for a second before its
+// window is sized: long enough for a service's usual paths to show, short
+// enough that a long-running process soon costs no more than the window
+// it needs.
+const DefaultWindowProbe = time.Second
 
 // sample is a record kept until the profile is built. Its stack and
 // thread name are ids into the collector's tables: between reports memory
@@ -144,9 +163,12 @@ type Stats struct {
 	// one holding those frames would hold the whole stack.
 	UnwindBelowWindow uint64
 	// WindowsWidened counts the times a process's window was widened
-	// (Options.StackWindow) after a stack was cut by it.
-	WindowsWidened uint64
-	UserStackEmpty uint64
+	// (Options.StackWindow) after a stack was cut by it; WindowsSized the
+	// processes whose window was sized after Options.WindowProbe;
+	// WindowsUnset the sizes the kernel's map did not take (full), whose
+	// processes keep the window they had.
+	WindowsWidened, WindowsSized, WindowsUnset uint64
+	UserStackEmpty                             uint64
 	// StacksCut counts samples whose user stack ended at a return address
 	// in no code mapping of a process whose mappings are all known: the
 	// frame-pointer chain broke in code without frame pointers, and what
@@ -183,8 +205,16 @@ type Collector struct {
 	imageIDs map[*proc.Process]uint32
 	start    time.Time
 	stats    Stats
-	// windows are the stack windows asked for processes still running.
-	windows map[uint32]uint32
+	// windows are the stack windows of processes still running.
+	windows map[uint32]*window
+}
+
+// window is what the collector knows of one process's stack window.
+type window struct {
+	bytes  uint32    // asked of the kernel; 0 before the first ask
+	sized  bool      // sized from the first WindowProbe of samples
+	first  time.Time // the first sample's time
+	needed uint64    // the most bytes a walk needed so far
 }
 
 // New returns a Collector.
@@ -229,6 +259,7 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 	// Read the new image's mappings now, while the process may still live
 	// (a no-op when the sampler's OnExec already did).
 	c.opts.Tracker.Exec(e.PID, e.Time, e.Image)
+	c.dropWindow(e.PID)
 }
 
 // Add records one sample. The process is read at first sight so that its
@@ -317,9 +348,7 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 	}
 	if u, ok := c.opts.Leaf.(StackUnwinder); ok && !linkRegister {
 		frames, wr := u.Unwind(p, r, nil)
-		if wr.Stop == unwind.StopWindow {
-			c.widenWindow(r.PID, wr.Needed)
-		}
+		c.sizeWindow(r.PID, r.Time, wr)
 		return frames, &wr, wr.CFIFrames > 0 && !slices.Equal(frames, user)
 	}
 	m := p.Find(r.UserIP)
@@ -345,42 +374,74 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 	return append(fixed, user[1:]...), nil, true
 }
 
-// widenWindow asks the kernel for a window of pid's stack that holds
-// needed bytes, in powers of two up to sampler.WindowMax: the stacks
-// cut so far stay cut (counted), the next ones have the bytes.
-func (c *Collector) widenWindow(pid uint32, needed uint64) {
-	if c.opts.StackWindow == nil || needed == 0 {
+// sizeWindow keeps pid's stack window fitted to its stacks: once its
+// samples span WindowProbe, it asks the kernel for a window that holds
+// twice the most any of them needed (in powers of two from 1 KiB to
+// sampler.WindowMax), and at once for a stack the window cut. The stacks
+// cut so far stay cut (counted); the next ones have the bytes.
+func (c *Collector) sizeWindow(pid uint32, t time.Time, wr unwind.Result) {
+	if c.opts.StackWindow == nil {
 		return
 	}
-	// Twice what this stack needed: deeper stacks of the same code need
-	// more, and every sample until the kernel has the new size is cut.
+	probe := c.opts.WindowProbe
+	if probe <= 0 {
+		probe = DefaultWindowProbe
+	}
+	c.mu.Lock()
+	w := c.windows[pid]
+	if w == nil {
+		if c.windows == nil {
+			c.windows = map[uint32]*window{}
+		}
+		w = &window{first: t}
+		c.windows[pid] = w
+	}
+	w.needed = max(w.needed, wr.Needed)
+	var want uint32
+	switch {
+	case wr.Stop == unwind.StopWindow:
+		// Twice what this stack needed: deeper stacks of the same code
+		// need more, and every sample until the kernel has the new size
+		// is cut.
+		if want = windowFor(wr.Needed); want > w.bytes {
+			c.stats.WindowsWidened++
+		}
+	case !w.sized && t.Sub(w.first) >= probe:
+		want = windowFor(w.needed)
+		w.sized = true
+		c.stats.WindowsSized++
+	}
+	if want <= w.bytes {
+		c.mu.Unlock()
+		return
+	}
+	w.bytes = max(w.bytes, want)
+	want = w.bytes
+	c.mu.Unlock()
+	if err := c.opts.StackWindow(pid, want); err != nil {
+		c.stats.WindowsUnset++
+		c.log.Warn("set the stack window; its stacks keep the window they had", "pid", pid, "bytes", want, "error", err)
+	}
+}
+
+// windowFor returns the window that holds twice needed bytes: a power of
+// two from 1 KiB up to sampler.WindowMax.
+func windowFor(needed uint64) uint32 {
 	want := uint32(1024)
 	for uint64(want) < 2*needed && want < sampler.WindowMax {
 		want *= 2
 	}
-	c.mu.Lock()
-	if c.windows[pid] >= want {
-		c.mu.Unlock()
-		return
-	}
-	if c.windows == nil {
-		c.windows = map[uint32]uint32{}
-	}
-	c.windows[pid] = want
-	c.stats.WindowsWidened++
-	c.mu.Unlock()
-	if err := c.opts.StackWindow(pid, want); err != nil {
-		c.log.Warn("widen the stack window", "pid", pid, "bytes", want, "error", err)
-	}
+	return want
 }
 
-// dropWindow forgets the window of a process that exited.
+// dropWindow forgets the window of a process that exited or exec'd: the
+// pid's next image is sized from its own stacks.
 func (c *Collector) dropWindow(pid uint32) {
 	c.mu.Lock()
-	_, ok := c.windows[pid]
+	w, ok := c.windows[pid]
 	delete(c.windows, pid)
 	c.mu.Unlock()
-	if ok && c.opts.StackWindow != nil {
+	if ok && w.bytes != 0 && c.opts.StackWindow != nil {
 		if err := c.opts.StackWindow(pid, 0); err != nil {
 			c.log.Warn("drop the stack window", "pid", pid, "error", err)
 		}

@@ -52,8 +52,15 @@ type Options struct {
 	// two, at least 2 MiB: the reader is woken at 1 MiB); 0 keeps the
 	// 8 MiB of the object.
 	RingBytes int
-	Logger    *slog.Logger
-	Clock     *clock.Converter
+	// NewProcessWindow is how many bytes of stack, from the stack
+	// pointer, the programs copy with each sample of a process no window
+	// was set for (SetStackWindow): a consumer that sizes each process's
+	// window from what its first samples needed (collect) asks for
+	// WindowMax, so that those first stacks are not cut before it has a
+	// size. 0 copies the first 1 KiB, as for a process set to 0.
+	NewProcessWindow uint32
+	Logger           *slog.Logger
+	Clock            *clock.Converter
 	// OnExec, if set, is called from the reader as soon as an exec is
 	// read, before the records after it are queued: a short-lived process
 	// must be read from /proc before it is gone. at is the exec time, img
@@ -135,6 +142,14 @@ func New(opts Options) (*Sampler, error) {
 	}
 	if err := spec.Variables[bpf.SamplerVarSelfTgid].Set(uint32(os.Getpid())); err != nil {
 		return nil, fmt.Errorf("set self_tgid: %w", err)
+	}
+	if w := opts.NewProcessWindow; w != 0 {
+		if w > WindowMax || w%8 != 0 {
+			return nil, fmt.Errorf("new-process stack window of %d bytes: want a multiple of 8 up to %d", w, WindowMax)
+		}
+		if err := spec.Variables[bpf.SamplerVarNewProcessWindow].Set(w); err != nil {
+			return nil, fmt.Errorf("set new_process_window: %w", err)
+		}
 	}
 	if err := setOffCPUSpec(spec, opts.OffCPU); err != nil {
 		return nil, err
@@ -336,7 +351,9 @@ func (s *Sampler) SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error {
 
 // SetStackWindow makes the programs copy bytes of pid's stack from the
 // stack pointer with every sample (at most WindowMax; the first 1 KiB is
-// copied for every process); 0 goes back to the first 1 KiB only.
+// copied for every process); 0 forgets pid's window, which goes back to
+// Options.NewProcessWindow (for an exec's new image, or an exited
+// process's pid).
 func (s *Sampler) SetStackWindow(pid, bytes uint32) error {
 	if bytes == 0 {
 		err := s.objs.StackWindows.Delete(pid)
