@@ -75,6 +75,8 @@ var Rules = []Rule{
 		"keep a debug file: objcopy --only-keep-debug, then --add-gnu-debuglink, or publish it to debuginfod"},
 	{"rustflags-no-frame-pointer", SevError, "Rust flags lack -C force-frame-pointers=yes",
 		"set rustflags = [\"-C\", \"force-frame-pointers=yes\"] in .cargo/config.toml"},
+	{"dockerfile-python-no-perf", SevWarning, "a Dockerfile's image runs Python 3.12 or later without the perf trampoline",
+		"add ENV PYTHONPERFSUPPORT=1 to the final stage (or start python with -X perf in its CMD/ENTRYPOINT)"},
 	{"go-ldflags-strip", SevNote, "Go build strips symbols (-s) or DWARF (-w)",
 		"Go keeps frame pointers and .gopclntab keeps function names; drop -w to keep file:line of inlined frames"},
 	// Collector configuration.
