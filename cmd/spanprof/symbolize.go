@@ -89,8 +89,9 @@ func (s *symbolization) report(log *slog.Logger) {
 	}
 }
 
-// reportUnnamed prints one line when frames of binaries stayed unnamed
-// for want of symbols or debug info, with what would name them.
+// reportUnnamed prints one line when frames of binaries lacked symbols
+// or debug info: how many, how many of them were named by their
+// function's start in the unwind tables, and what would name them.
 func (s *symbolization) reportUnnamed(stderr io.Writer, u profile.Unnamed, debuginfodSet bool) {
 	if s.mode == symbolize.ModeNone || u.Samples == 0 {
 		return
@@ -102,8 +103,10 @@ func (s *symbolization) reportUnnamed(stderr io.Writer, u profile.Unnamed, debug
 	case debuginfodSet:
 		hint = "--symbolize=local does not ask the debuginfod servers of DEBUGINFOD_URLS"
 	default:
-		hint = "set DEBUGINFOD_URLS to fetch their debug files, or install them (--debug-dir)"
+		hint = "install their debug packages (Debian: PACKAGE-dbgsym, into /usr/lib/debug, or --debug-dir DIR) or set DEBUGINFOD_URLS to fetch their debug files"
 	}
-	fmt.Fprintf(stderr, "spanprof: %d samples have frames left unnamed for want of symbols or debug info in %d binaries (%s): %s\n",
-		u.Samples, len(u.Objects), u, hint)
+	fmt.Fprintf(stderr, "spanprof: %d %s frames without symbols in %d %s (%s): %d %s named by %s start in .eh_frame (module+0xOFFSET), %d %s in none; %s\n",
+		u.Samples, plural(u.Samples, "sample has", "samples have"), len(u.Objects), plural(len(u.Objects), "binary", "binaries"), u,
+		u.Functions, plural(u.Functions, "function", "functions"), plural(u.Functions, "its", "their"),
+		u.Addresses, plural(u.Addresses, "address", "addresses"), hint)
 }

@@ -520,5 +520,6 @@ func (a *Agent) reportUnnamed(agg *profile.Aggregate) {
 	case a.debuginfodSet:
 		hint = "symbolization mode local does not ask the configured debuginfod servers"
 	}
-	a.log.Warn("frames left unnamed for want of symbols or debug info (said once)", "binaries", len(u.Objects), "examples", u.String(), "hint", hint)
+	a.log.Warn("frames left unnamed for want of symbols or debug info (said once)", "binaries", len(u.Objects), "examples", u.String(),
+		"functions_named_by_start", u.Functions, "addresses_in_no_function", u.Addresses, "hint", hint)
 }

@@ -68,6 +68,16 @@ func elfFindings(info *elfInfo, target, path string, standalone bool) []Finding 
 		add(f)
 	}
 
+	switch {
+	case info.Go:
+	case info.FromFDE && info.FDECoverage < minFDECoverage:
+		add(newFinding("frame-pointer-unverified", target, path, 0,
+			"no function symbols, and the unwind tables (.eh_frame) delimit only %.0f%% of .text: the frame pointers of the rest cannot be verified",
+			100*info.FDECoverage))
+	case fp.Checked == 0:
+		add(newFinding("frame-pointer-unverified", target, path, 0,
+			"no function to check for frame pointers: no symbols in %s and no unwind tables (.eh_frame) to delimit the code", fp.Source))
+	}
 	if info.Stripped && !info.Go && info.DebugLink == "" && info.DebugFile == "" {
 		add(newFinding("stripped-no-debuglink", target, path, 0,
 			"no .symtab, no .gnu_debuglink and no /usr/lib/debug/.build-id debug file: only .dynsym names are left for symbolization"))
@@ -107,10 +117,16 @@ func summarize(info *elfInfo) string {
 		parts = append(parts, "build ID "+hex.EncodeToString(info.BuildID))
 	}
 	fp := info.FP
-	if fp.Checked > 0 {
+	switch {
+	case fp.Checked > 0 && info.FromFDE:
+		parts = append(parts, fmt.Sprintf("%.1f%% of %d functions set up a frame pointer (%d without: %d calling, %d leaf; no symbols, functions delimited by .eh_frame, %.0f%% of .text)",
+			100*fp.Share(), fp.Checked, fp.Checked-fp.WithFrame, len(fp.Missing), len(fp.Leaf), 100*info.FDECoverage))
+	case fp.Checked > 0:
 		parts = append(parts, fmt.Sprintf("%.1f%% of %d functions set up a frame pointer (%d without: %d calling, %d leaf; symbols from %s)",
 			100*fp.Share(), fp.Checked, fp.Checked-fp.WithFrame, len(fp.Missing), len(fp.Leaf), fp.Source))
-	} else if !info.Go {
+	case !info.Go && info.FromFDE:
+		parts = append(parts, "no symbols, and no function with unwind tables (.eh_frame) to check frame pointers in")
+	case !info.Go:
 		parts = append(parts, "no function symbols to check frame pointers in ("+fp.Source+")")
 	}
 	if fp.GoFuncs > 0 {

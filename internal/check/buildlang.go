@@ -11,8 +11,11 @@ func checkBuildFile(kind fileKind, target, data string) []Finding {
 	lines := logicalLines(data)
 	out := commonBuildFindings(target, lines)
 	switch kind {
-	case kindMake, kindDocker:
+	case kindMake:
 		out = append(out, checkVarFlags(kind, target, lines)...)
+	case kindDocker:
+		out = append(out, checkVarFlags(kind, target, lines)...)
+		out = append(out, dockerPythonFindings(target, lines)...)
 	case kindCMake:
 		out = append(out, checkUnionFlags(target, lines, cmakeRules)...)
 	case kindMeson:

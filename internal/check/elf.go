@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/unwind"
 )
 
 // SDKModule is the Go module whose presence in a binary's build info means
@@ -41,6 +43,10 @@ type elfInfo struct {
 	ThreadCtx     string
 	SetTraceCtxFn bool
 	FP            fpStats
+	// FromFDE: FP's functions are the FDEs of a file without symbols;
+	// FDECoverage is the share of .text they cover.
+	FromFDE     bool
+	FDECoverage float64
 }
 
 // publishesContext reports whether the file on its own lets the agent read
@@ -62,16 +68,21 @@ func analyzeELFFile(path string, opt elfOptions) (*elfInfo, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
-	info, err := analyzeELF(f, opt, filepath.Dir(path))
+	info, err := analyzeELF(f, opt, path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return info, nil
 }
 
-// analyzeELF reads an ELF image. dir is the directory of the file, used to
-// resolve a .gnu_debuglink; it may be empty.
-func analyzeELF(r io.ReaderAt, opt elfOptions, dir string) (*elfInfo, error) {
+// analyzeELF reads an ELF image. path is the file's, whose directory
+// resolves a .gnu_debuglink and whose name names functions without
+// symbols; it may be empty.
+func analyzeELF(r io.ReaderAt, opt elfOptions, path string) (*elfInfo, error) {
+	dir := ""
+	if path != "" {
+		dir = filepath.Dir(path)
+	}
 	var magic [4]byte
 	if _, err := r.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
 		return nil, ErrNotELF
@@ -128,6 +139,14 @@ func analyzeELF(r io.ReaderAt, opt elfOptions, dir string) (*elfInfo, error) {
 				info.DebugFile = dbg
 				funcs, source = syms, dbg
 			}
+		}
+	}
+	if info.Stripped && info.DebugFile == "" && !info.Go {
+		// No symbols: the unwind tables still delimit every function.
+		if ranges, err := unwind.FunctionRanges(f); err == nil && len(ranges) > 0 {
+			info.FP, info.FDECoverage = analyzeFDEFunctions(f, filepath.Base(path), ranges, dynsyms)
+			info.FromFDE = true
+			return info, nil
 		}
 	}
 	info.FP = analyzeFramePointers(f, funcs, info.Go)

@@ -40,6 +40,8 @@ var Rules = []Rule{
 		"compile with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer"},
 	{"leaf-frame-pointer", SevWarning, "leaf functions set up no frame pointer (GCC ignores -mno-omit-leaf-frame-pointer)",
 		"build with clang, or accept leaf recovery by the unwinder (--ignore leaf-frame-pointer)"},
+	{"frame-pointer-unverified", SevWarning, "frame pointers cannot be verified: no function symbols, and unwind tables that delimit too little of the code",
+		"install the file's debug file under /usr/lib/debug (Debian: the PACKAGE-dbgsym package), or keep its .symtab or its unwind tables (.eh_frame), so its functions can be checked"},
 	{"stripped-no-debuglink", SevWarning, "ELF file is stripped and has neither a .gnu_debuglink nor a build-ID debug file",
 		"keep a debug file: objcopy --only-keep-debug BIN BIN.debug && objcopy --add-gnu-debuglink=BIN.debug BIN, or install it as /usr/lib/debug/.build-id/xx/rest.debug, or serve it by debuginfod"},
 	{"thread-ctx-not-exported", SevError, "otel_thread_ctx_v1 is defined but not exported as a TLS symbol in .dynsym",
@@ -73,6 +75,8 @@ var Rules = []Rule{
 		"keep a debug file: objcopy --only-keep-debug, then --add-gnu-debuglink, or publish it to debuginfod"},
 	{"rustflags-no-frame-pointer", SevError, "Rust flags lack -C force-frame-pointers=yes",
 		"set rustflags = [\"-C\", \"force-frame-pointers=yes\"] in .cargo/config.toml"},
+	{"dockerfile-python-no-perf", SevWarning, "a Dockerfile's image runs Python 3.12 or later without the perf trampoline",
+		"add ENV PYTHONPERFSUPPORT=1 to the final stage (or start python with -X perf in its CMD/ENTRYPOINT)"},
 	{"go-ldflags-strip", SevNote, "Go build strips symbols (-s) or DWARF (-w)",
 		"Go keeps frame pointers and .gopclntab keeps function names; drop -w to keep file:line of inlined frames"},
 	// Collector configuration.

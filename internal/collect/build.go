@@ -274,6 +274,9 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 				obj.FillMapping(pm)
 			}
 			fs = obj.Frames(nil, pm, addr)
+			if len(fs) == 1 {
+				b.nameByStart(p, m, &fs[0])
+			}
 		}
 	}
 	b.cache[k] = fs

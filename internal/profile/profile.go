@@ -66,7 +66,12 @@ type Frame struct {
 	Line     int
 	// Inlined marks a frame that was inlined into the next one in the stack.
 	Inlined bool
-	Mapping *Mapping
+	// NoSymbol marks a Function made from the module and the file offset
+	// of the function's start in the unwind tables (.eh_frame), "gzip+0x4290":
+	// no symbol or debug file named it, yet its samples aggregate as one
+	// function. Address stays the exact instruction.
+	NoSymbol bool
+	Mapping  *Mapping
 }
 
 // Sample is one event: a tick of the CPU clock, or one blocked interval.

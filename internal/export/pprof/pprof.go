@@ -168,13 +168,12 @@ func (b *builder) location(run []int32) *gpprof.Location {
 	loc := &gpprof.Location{ID: uint64(len(b.prof.Location) + 1), Address: phys.Address, Mapping: b.mapping(phys)}
 	for _, id := range run {
 		f := b.agg.Frames[id]
+		if (f.Function == "" || f.NoSymbol) && loc.Mapping != nil {
+			// A function named by its start only is no symbol: pprof
+			// may still find one.
+			b.markUnsymbolized(loc.Mapping)
+		}
 		if f.Function == "" {
-			if loc.Mapping != nil {
-				if b.unsymbolized == nil {
-					b.unsymbolized = map[*gpprof.Mapping]bool{}
-				}
-				b.unsymbolized[loc.Mapping] = true
-			}
 			continue
 		}
 		loc.Line = append(loc.Line, gpprof.Line{Function: b.function(f), Line: int64(f.Line)})
@@ -182,6 +181,13 @@ func (b *builder) location(run []int32) *gpprof.Location {
 	b.prof.Location = append(b.prof.Location, loc)
 	b.locations[key] = loc
 	return loc
+}
+
+func (b *builder) markUnsymbolized(m *gpprof.Mapping) {
+	if b.unsymbolized == nil {
+		b.unsymbolized = map[*gpprof.Mapping]bool{}
+	}
+	b.unsymbolized[m] = true
 }
 
 func (b *builder) mapping(f profile.Frame) *gpprof.Mapping {

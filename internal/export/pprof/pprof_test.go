@@ -176,3 +176,42 @@ func TestGoToolPprof(t *testing.T) {
 		})
 	}
 }
+
+// TestNamedByStart: frames named by their function's start keep their
+// own addresses as locations under one function, and leave the mapping
+// marked as lacking symbols, so that pprof may still symbolize it.
+func TestNamedByStart(t *testing.T) {
+	bin := &profile.Mapping{Path: "/usr/bin/gzip", Start: 0x1000, Limit: 0x9000}
+	lib := &profile.Mapping{Path: "/usr/lib/libz.so", Start: 0x10000, Limit: 0x20000}
+	frame := func(addr uint64) profile.Frame {
+		return profile.Frame{Address: addr, Function: "gzip+0x4290", NoSymbol: true, Mapping: bin}
+	}
+	p := &profile.Profile{Frequency: 99, Processes: map[uint32]*profile.Process{1: {PID: 1, ExeName: "gzip"}}}
+	for _, a := range []uint64{0x4308, 0x4313, 0x431b, 0x4313} {
+		p.Samples = append(p.Samples, profile.Sample{PID: 1, TID: 1, Value: 1,
+			Frames: []profile.Frame{frame(a), {Address: 0x10100, Function: "deflate", Mapping: lib}}})
+	}
+	pp, err := Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns, locs := 0, map[uint64]bool{}
+	for _, fn := range pp.Function {
+		if fn.Name == "gzip+0x4290" {
+			fns++
+		}
+	}
+	for _, l := range pp.Location {
+		if len(l.Line) == 1 && l.Line[0].Function.Name == "gzip+0x4290" {
+			locs[l.Address] = true
+		}
+	}
+	if fns != 1 || len(locs) != 3 {
+		t.Errorf("%d functions and %d locations for gzip+0x4290, want 1 and 3 (one per address)", fns, len(locs))
+	}
+	for _, m := range pp.Mapping {
+		if want := m.File != bin.Path; m.HasFunctions != want {
+			t.Errorf("mapping %s: HasFunctions %v, want %v", m.File, m.HasFunctions, want)
+		}
+	}
+}

@@ -153,10 +153,18 @@ SP.Timeline = class {
     const step = p10 * (q <= 1 ? 1 : q <= 2 ? 2 : q <= 5 ? 5 : 10);
     g.fillStyle = '#555';
     g.textBaseline = 'alphabetic';
+    // A label starts right of its tick, but one that would run past the
+    // canvas (the last tick sits at the right end when the recording
+    // lasted a round time) ends at the edge instead: ticks are ~110 px
+    // apart, so it still clears the label before it.
+    this.axisLabels = [];
     for (let t = 0; t <= spanUs; t += step) {
       const x = L.LABEL + t * this.scale;
       g.fillRect(x, L.AXIS - 5, 1, 5);
-      g.fillText(t >= 1e6 ? (t / 1e6).toFixed(step >= 1e6 ? 0 : 2) + ' s' : (t / 1e3).toFixed(step >= 1e3 ? 0 : 2) + ' ms', x + 2, L.AXIS - 7);
+      const text = t >= 1e6 ? (t / 1e6).toFixed(step >= 1e6 ? 0 : 2) + ' s' : (t / 1e3).toFixed(step >= 1e3 ? 0 : 2) + ' ms';
+      const lx = Math.min(x + 2, width - 1 - g.measureText(text).width);
+      g.fillText(text, lx, L.AXIS - 7);
+      this.axisLabels.push({text, x: lx});
     }
     if (f.from != null || f.to != null) {
       const a = L.LABEL + (f.from || 0) * this.scale;
