@@ -112,16 +112,11 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 		case r.Kind == FPOffset && at >= 0 && standardFrame(r):
 			// The kernel walked from this frame pointer: its next return
 			// address is this frame's.
-			if at+1 >= len(s.Chain) {
+			var ok bool
+			if ra, ok = w.chainStep(&at, &sp, &fp, &spOK, &fpOK); !ok {
 				res.Stop = StopChainEnd
 				return frames, res
 			}
-			ra = s.Chain[at+1]
-			if spOK = fpOK; spOK {
-				sp = fp + 16
-			}
-			at++
-			fp, fpOK = w.chainFP(at)
 			fromChain = true
 		case r.Kind == SPOffset || r.Kind == FPOffset:
 			base, ok := sp, spOK
@@ -167,16 +162,11 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 			// No rule: code without tables (JIT code, a stripped
 			// binary); the kernel's walk is all there is, as without
 			// this unwinder.
-			if at+1 >= len(s.Chain) {
+			var ok bool
+			if ra, ok = w.chainStep(&at, &sp, &fp, &spOK, &fpOK); !ok {
 				res.Stop = StopNoInfo
 				return frames, res
 			}
-			ra = s.Chain[at+1]
-			if spOK = fpOK; spOK {
-				sp = fp + 16
-			}
-			at++
-			fp, fpOK = w.chainFP(at)
 			fromChain = true
 		default:
 			res.Stop = StopNoInfo
@@ -190,6 +180,24 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 		n++
 		pc = ra
 	}
+}
+
+// chainStep takes the next frame from the kernel's chain: the return
+// address it read from the frame at position at, whose frame pointer fp
+// gives the caller's stack pointer (when the window showed fp) and whose
+// saved frame pointer the next position's. It returns false at the
+// chain's end.
+func (w *walker) chainStep(at *int, sp, fp *uint64, spOK, fpOK *bool) (uint64, bool) {
+	if *at+1 >= len(w.s.Chain) {
+		return 0, false
+	}
+	ra := w.s.Chain[*at+1]
+	if *spOK = *fpOK; *spOK {
+		*sp = *fp + 16
+	}
+	*at++
+	*fp, *fpOK = w.chainFP(*at)
+	return ra, true
 }
 
 // cut says why a walk stopped for bytes beyond the window. Below the
