@@ -45,7 +45,7 @@ func FindPclntab(f *elf.File) (*Pclntab, error) {
 		if !validPclnHeader(data) {
 			return nil, fmt.Errorf("read .gopclntab: bad header: %w", ErrNoPclntab)
 		}
-		return &Pclntab{Data: data, Addr: s.Addr, TextStart: textStart(f, data)}, nil
+		return &Pclntab{Data: data, Addr: s.Addr, TextStart: textStart(f, data, s.Addr)}, nil
 	}
 	if len(f.Sections) > 0 && !isGoBinary(f) {
 		return nil, ErrNoPclntab
@@ -63,7 +63,7 @@ func FindPclntab(f *elf.File) (*Pclntab, error) {
 		for off := 0; off+16 <= len(data); off += 8 {
 			if validPclnHeader(data[off:]) {
 				d := data[off:]
-				return &Pclntab{Data: d, Addr: p.Vaddr + uint64(off), TextStart: textStart(f, d)}, nil
+				return &Pclntab{Data: d, Addr: p.Vaddr + uint64(off), TextStart: textStart(f, d, p.Vaddr+uint64(off))}, nil
 			}
 		}
 	}
@@ -98,13 +98,24 @@ func validPclnHeader(d []byte) bool {
 	return d[7] != 8 || (nfunc > 0 && nfunc < 1<<24)
 }
 
-// textStart returns runtime.text: the 1.18+ header field when the linker
-// filled it in (position-dependent builds), else the .text section or the
-// first executable segment (PIE builds leave the field to a relocation).
-func textStart(f *elf.File, d []byte) uint64 {
+// textStart returns runtime.text, which the function entries of the
+// pclntab at addr are relative to. It is the 1.18+ header's field when the
+// linker filled it in; a PIE leaves the field to a relocation, whose addend
+// is the address; a binary with C code (cgo, internal or external linking)
+// leaves it 0 and has C code before runtime.text in .text, so the address
+// is read from the module data, which points at the pclntab. Only a pure Go
+// binary falls back to the start of .text (or the first executable segment),
+// where runtime.text lies.
+func textStart(f *elf.File, d []byte, addr uint64) uint64 {
 	magic := binary.LittleEndian.Uint32(d)
 	if (magic == 0xfffffff1 || magic == 0xfffffff0) && d[7] == 8 && len(d) >= 32 {
 		if v := binary.LittleEndian.Uint64(d[24:]); v != 0 {
+			return v
+		}
+		if v, ok := relativeAddend(f, addr+24); ok {
+			return v
+		}
+		if v, ok := moduleText(f, addr); ok {
 			return v
 		}
 	}
@@ -117,6 +128,80 @@ func textStart(f *elf.File, d []byte) uint64 {
 		}
 	}
 	return 0
+}
+
+// relativeAddend returns the addend of the relative relocation that fills
+// the word at addr as a PIE is loaded.
+func relativeAddend(f *elf.File, addr uint64) (uint64, bool) {
+	if f.Class != elf.ELFCLASS64 {
+		return 0, false
+	}
+	s := f.Section(".rela.dyn")
+	if s == nil || s.Size > maxSegmentScan {
+		return 0, false
+	}
+	data, err := s.Data()
+	if err != nil {
+		return 0, false
+	}
+	for off := 0; off+24 <= len(data); off += 24 {
+		r := data[off:]
+		if f.ByteOrder.Uint64(r) != addr {
+			continue
+		}
+		typ := elf.R_TYPE64(f.ByteOrder.Uint64(r[8:]))
+		if f.Machine == elf.EM_X86_64 && typ == uint32(elf.R_X86_64_RELATIVE) ||
+			f.Machine == elf.EM_AARCH64 && typ == uint32(elf.R_AARCH64_RELATIVE) {
+			return f.ByteOrder.Uint64(r[16:]), true
+		}
+	}
+	return 0, false
+}
+
+// Words of runtime.moduledata (Go 1.16+): pcHeader, then six slices, then
+// findfunctab, minpc, maxpc, text, etext.
+const (
+	mdMinPC = 1 + 6*3 + 1
+	mdMaxPC = mdMinPC + 1
+	mdText  = mdMinPC + 2
+	mdEText = mdMinPC + 3
+)
+
+// moduleText finds the module data whose pcHeader is the pclntab at addr
+// and returns its text address, checked against its pc bounds and the
+// executable segments.
+func moduleText(f *elf.File, addr uint64) (uint64, bool) {
+	for _, name := range []string{".go.module", ".noptrdata", ".data"} {
+		s := f.Section(name)
+		if s == nil || s.Type != elf.SHT_PROGBITS || s.Size > maxSegmentScan {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			continue
+		}
+		word := func(i int) uint64 { return f.ByteOrder.Uint64(data[i:]) }
+		for off := 0; off+(mdEText+1)*8 <= len(data); off += 8 {
+			if word(off) != addr {
+				continue
+			}
+			text, minpc, maxpc, etext := word(off+mdText*8), word(off+mdMinPC*8), word(off+mdMaxPC*8), word(off+mdEText*8)
+			if text != 0 && text <= minpc && minpc < maxpc && maxpc <= etext && executable(f, text, etext) {
+				return text, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// executable reports whether [start, end) lies in one executable segment.
+func executable(f *elf.File, start, end uint64) bool {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && start >= p.Vaddr && end <= p.Vaddr+p.Memsz {
+			return true
+		}
+	}
+	return false
 }
 
 // goTable resolves Go functions, files and lines.

@@ -91,6 +91,12 @@ func TestLiveProcess(t *testing.T) {
 		{"goprog-sw", []string{"main.alpha", "main.beta", "main.gamma"}},
 		{"goprog-pie", []string{"main.alpha", "main.beta", "main.gamma"}},
 		{"goprog-stripped", []string{"main.alpha", "main.beta", "main.gamma"}},
+		// cgo: C code lies before runtime.text, which the function table
+		// is relative to.
+		{"goprog-cgo", []string{"main.alpha", "main.beta", "main.gamma"}},
+		{"goprog-cgo-ext", []string{"main.alpha", "main.beta", "main.gamma"}},
+		{"goprog-cgo-pie", []string{"main.alpha", "main.beta", "main.gamma"}},
+		{"goprog-cgo-stripped", []string{"main.alpha", "main.beta", "main.gamma"}},
 	}
 	s := New(nil, Options{})
 	for _, tt := range tests {
