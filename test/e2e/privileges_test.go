@@ -18,6 +18,9 @@ const capSysAdmin = 21
 // every thread of the running record from /proc once it is recording:
 // CAP_SYS_ADMIN must be gone. The output goes to a directory root does not
 // own, which record can still write (it keeps CAP_DAC_OVERRIDE for that).
+// dropLine is what record -v logs once it dropped its capabilities.
+const dropLine = "dropped capabilities not needed after start-up"
+
 func TestRecordDropsCapabilities(t *testing.T) {
 	requireRoot(t)
 	info, err := exec.Command("go", "version", "-m", binPath).Output()
@@ -51,20 +54,31 @@ func TestRecordDropsCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := make(chan string, 1)
+	dropped := make(chan struct{})
 	go func() {
 		var b strings.Builder
 		buf := make([]byte, 4096)
+		seen := false
 		for {
 			n, err := stderr.Read(buf)
 			b.Write(buf[:n])
+			if !seen && strings.Contains(b.String(), dropLine) {
+				seen = true
+				close(dropped)
+			}
 			if err != nil {
 				break
 			}
 		}
 		logs <- b.String()
 	}()
-	// Read the threads once recording began (the drop follows attach).
-	time.Sleep(2500 * time.Millisecond)
+	// Read the threads once record says it dropped them (after attach: on
+	// a loaded machine start-up takes seconds), while it still records.
+	select {
+	case <-dropped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("record logged no capability drop within 30 s")
+	}
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", rec.Process.Pid))
 	if len(tasks) == 0 {
 		t.Fatal("no threads of the record process")
@@ -93,7 +107,7 @@ func TestRecordDropsCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatalf("record: %v\n%s", err, grepLines(log, "capabilit", "error", "spanprof"))
 	}
-	if !strings.Contains(log, "dropped capabilities not needed after start-up") {
+	if !strings.Contains(log, dropLine) {
 		t.Errorf("no drop in the log:\n%s", grepLines(log, "capabilit"))
 	}
 	if fi, err := os.Stat(out); err != nil || fi.Size() == 0 {
