@@ -53,6 +53,13 @@ func (s Stop) String() string {
 	return "unknown"
 }
 
+// FirstWindow is the window every sample carries (the kernel's first
+// chunk of the stack, STACK_SNAP_BYTES): frames under the kernel's last
+// frame that start beyond it are a deep stack's entry code, which the walk
+// unwinds when a wider window holds them but does not count in
+// Result.Needed.
+const FirstWindow = 1024
+
 // Result says how a walk went.
 type Result struct {
 	Stop Stop
@@ -61,7 +68,8 @@ type Result struct {
 	CFIFrames int
 	// Needed is how many bytes of the window from SP the walk read, or
 	// would have read for the word it stopped at (StopWindow): what a
-	// window must hold for this stack.
+	// window must hold for this stack, less the entry code under a deep
+	// stack (FirstWindow).
 	Needed uint64
 }
 
@@ -86,7 +94,13 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 	w := walker{s: s}
 	w.chainFrames()
 	w.needed = 0 // the chain's frames are the kernel's; only the walk's reads count
-	defer func() { res.Needed = w.needed }()
+	defer func() {
+		res.Needed = w.needed
+		if w.entryFrom >= 0 {
+			res.Needed = uint64(w.entryFrom)
+		}
+	}()
+	w.entryFrom = -1
 	frames = append(dst, s.IP)
 	n := 1
 	pc, sp, fp := s.IP, s.SP, s.FP
@@ -120,6 +134,15 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 			fromChain = true
 		case r.Kind == SPOffset || r.Kind == FPOffset:
 			base, ok := sp, spOK
+			if w.entryFrom < 0 && fromChain && at == len(s.Chain)-1 && ok && base-s.SP >= FirstWindow {
+				// Frameless code under the kernel's last frame, beyond
+				// the first window: the thread's or program's entry
+				// (start_thread, __libc_start_call_main) under a deep
+				// stack. Unwound when the window holds it, but not worth
+				// a wider window (StopBelowWindow): what the stack
+				// needed is what it needed up to here.
+				w.entryFrom = int64(w.needed)
+			}
 			if r.Kind == FPOffset {
 				base, ok = fp, fpOK
 				if !ok {
@@ -241,6 +264,9 @@ type walker struct {
 	nfps int
 	// needed is the end of the highest word read, from SP.
 	needed uint64
+	// entryFrom is needed when the walk went on into the entry code under
+	// the kernel's last frame, beyond the first window; -1 before.
+	entryFrom int64
 }
 
 // inWindow reports whether addr lies inside the window.

@@ -284,3 +284,40 @@ func TestWalkDepth(t *testing.T) {
 		t.Errorf("Walk = %d frames, %v; want 5, depth", len(frames), res.Stop)
 	}
 }
+
+// TestWalkEntryNotNeeded: a deep stack's entry code (frameless, under the
+// kernel's last frame, beyond the first window) is unwound when the window
+// holds it, but the bytes it took do not count in Needed, so a process's
+// window is not sized to reach start_thread's caller. The same entry frame
+// inside the first window counts.
+func TestWalkEntryNotNeeded(t *testing.T) {
+	for _, tt := range []struct {
+		locals     int // words of main's frame
+		wantNeeded func(n uint64) bool
+	}{
+		{locals: 200, wantNeeded: func(n uint64) bool { return n == 0 }},
+		{locals: 10, wantNeeded: func(n uint64) bool { return n > 0 && n <= FirstWindow }},
+	} {
+		b := newStack()
+		b.push(0) // the entry's caller (_start, outermost)
+		b.push(ret(fnStart))
+		b.push(0)
+		b.push(0)
+		b.push(0)
+		bp := b.fpFrame(ret(fnQsort), 0) // main, called from the frameless entry (rbp 0)
+		for range tt.locals {
+			b.push(0)
+		}
+		bp = b.fpFrame(ret(fnMain), bp)
+		ip := uint64(fnCmp + 0x30)
+		s := Stack{IP: ip, SP: b.sp, FP: bp, Window: b.window(b.sp, 4096), Chain: b.kernelChain(ip, bp)}
+		frames, res := Walk(s, synthetic.lookup, nil, 127)
+		want := []uint64{ip, ret(fnMain), ret(fnQsort), ret(fnStart)}
+		if !slices.Equal(frames, want) || res.Stop != StopOutermost {
+			t.Errorf("locals %d: Walk = %#x, %v; want %#x, outermost", tt.locals, frames, res.Stop, want)
+		}
+		if !tt.wantNeeded(res.Needed) {
+			t.Errorf("locals %d: %d bytes needed", tt.locals, res.Needed)
+		}
+	}
+}
