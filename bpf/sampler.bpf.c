@@ -101,6 +101,22 @@ static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_s
 		return 0;
 	if (cfg->tls_kind == TLS_STATIC_TP) {
 		addr = tp + cfg->tls_offset;
+	} else if (cfg->tls_kind == TLS_DTV_MUSL) {
+		__u64 dtv = 0, block = 0, slots = 0;
+
+		/* musl: dtv[0] counts the modules, dtv[i] is module i's block,
+		 * set for every thread when a module is loaded. */
+		if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + TCB_DTV_OFF)) || !dtv)
+			goto fault;
+		if (bpf_probe_read_user(&slots, sizeof(slots), (void *)dtv))
+			goto fault;
+		if (cfg->tls_module > slots)
+			return 0;
+		if (bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + 8 * cfg->tls_module)))
+			goto fault;
+		if (!block)
+			return 0;
+		addr = block + cfg->tls_offset;
 	} else {
 		__u64 dtv = 0, block = 0;
 

@@ -165,6 +165,7 @@ const (
 	SamplerTlsKindTLS_NONE      SamplerTlsKind = 0
 	SamplerTlsKindTLS_STATIC_TP SamplerTlsKind = 1
 	SamplerTlsKindTLS_DTV       SamplerTlsKind = 2
+	SamplerTlsKindTLS_DTV_MUSL  SamplerTlsKind = 3
 )
 
 type SamplerTraceContext struct {

@@ -70,6 +70,7 @@ enum tls_kind {
 	TLS_NONE = 0,
 	TLS_STATIC_TP = 1, /* variable at tp + tls_offset (tp: fsbase, tpidr_el0) */
 	TLS_DTV = 2,       /* dtv = *(tp+8) on x86, *(tp) on arm64; block = dtv[module].val; var at block + tls_offset */
+	TLS_DTV_MUSL = 3,  /* musl, x86-64: dtv = *(tp+8); dtv[0] = slots; block = dtv[module] (8-byte entries) */
 };
 
 enum go_label_layout {

@@ -148,6 +148,9 @@ func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.H
 		info.Source = "thread"
 	case tracectx.LocationDTV:
 		cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV)
+		if pi.ThreadContext.Musl {
+			cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV_MUSL)
+		}
 		cfg.TlsOffset = pi.ThreadContext.Offset
 		cfg.TlsModule = pi.ThreadContext.ModuleID
 		info.Source = "thread"

@@ -24,6 +24,7 @@ func TestScanProbe(t *testing.T) {
 		env    []string
 		module string // defining module, base name
 		kind   LocationKind
+		musl   bool
 	}{
 		{name: "exe gcc pie", bin: "tlsprobe-exe-gcc", module: "tlsprobe-exe-gcc", kind: LocationStaticTP},
 		{name: "exe clang pie", bin: "tlsprobe-exe-clang", module: "tlsprobe-exe-clang", kind: LocationStaticTP},
@@ -37,6 +38,12 @@ func TestScanProbe(t *testing.T) {
 			name: "dlopen dynamic TLS", bin: "tlsprobe-dlopen", lib: "libprobe.so", module: "libprobe.so", kind: LocationDTV,
 			env: []string{"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=0"},
 		},
+		// musl: no .dynsym in a static binary; static TLS for DT_NEEDED
+		// libraries; always dynamic TLS, through musl's own DTV, for
+		// dlopen.
+		{name: "musl static", bin: "tlsprobe-musl-static", module: "tlsprobe-musl-static", kind: LocationStaticTP, musl: true},
+		{name: "musl DT_NEEDED library", bin: "tlsprobe-musl-lib", module: "libprobe-musl.so", kind: LocationStaticTP, musl: true},
+		{name: "musl dlopen", bin: "tlsprobe-musl-dlopen", lib: "libprobe-musl.so", module: "libprobe-musl.so", kind: LocationDTV, musl: true},
 	}
 	// One Scanner for all processes, as the agent has: what it remembers
 	// of libc, ld.so and the libraries shared by the probes must give
@@ -44,6 +51,9 @@ func TestScanProbe(t *testing.T) {
 	sc := NewScanner(64)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.musl && muslMissing != "" {
+				t.Skip(muslMissing)
+			}
 			var args []string
 			if tt.lib != "" {
 				args = append(args, fixture(t, tt.lib))
@@ -67,7 +77,7 @@ func TestScanProbe(t *testing.T) {
 			for _, e := range info.Errors {
 				t.Errorf("scan problem: %v", e)
 			}
-			if info.ThreadContext.Kind != tt.kind {
+			if info.ThreadContext.Kind != tt.kind || info.ThreadContext.Musl != (tt.musl && tt.kind == LocationDTV) {
 				t.Fatalf("location %+v, want kind %v", info.ThreadContext, tt.kind)
 			}
 			if got := filepath.Base(info.ThreadContextModule); got != tt.module {

@@ -154,11 +154,28 @@ static inline void otel_thread_ctx_publish_(void *rec)
 #endif
 }
 
-/* Enters a span on this thread: publishes a record with the ids and flags.
- * Returns 0, or -1 when the per-thread state cannot be allocated. */
-static inline int otel_thread_ctx_enter(const uint8_t trace_id[16], const uint8_t span_id[8],
-					uint8_t trace_flags)
+/* One thread-context attribute: key indexes threadlocal.attribute_key_map
+ * of the process context; value is len (<= 255) bytes, not NUL-terminated. */
+typedef struct otel_thread_ctx_attr {
+	uint8_t key;
+	const char *value;
+	size_t len;
+} otel_thread_ctx_attr;
+
+/* Enters a span on this thread and publishes its record with n attributes
+ * at once, so that no sample sees the span without them. Returns 0, or -1
+ * (nothing entered) when the state cannot be allocated, a value is longer
+ * than 255 bytes or the attributes exceed the record's 612 bytes. */
+static inline int otel_thread_ctx_enter_attrs(const uint8_t trace_id[16], const uint8_t span_id[8],
+					      uint8_t trace_flags, const otel_thread_ctx_attr *attrs,
+					      size_t n)
 {
+	size_t used = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (attrs[i].len > 255 || used + 2 + attrs[i].len > OTEL_THREAD_CTX_ATTRS_MAX)
+			return -1;
+		used += 2 + attrs[i].len;
+	}
 	otel_thread_ctx_state *s = otel_thread_ctx_state_v1;
 	if (!s && !(s = otel_thread_ctx_state_alloc()))
 		return -1;
@@ -174,11 +191,26 @@ static inline int otel_thread_ctx_enter(const uint8_t trace_id[16], const uint8_
 	memcpy(r->trace_id, trace_id, 16);
 	memcpy(r->span_id, span_id, 8);
 	r->trace_flags = trace_flags;
-	r->attrs_data_size = 0;
+	used = 0;
+	for (size_t i = 0; i < n; i++) {
+		r->attrs_data[used] = attrs[i].key;
+		r->attrs_data[used + 1] = (uint8_t)attrs[i].len;
+		memcpy(&r->attrs_data[used + 2], attrs[i].value, attrs[i].len);
+		used += 2 + attrs[i].len;
+	}
+	r->attrs_data_size = (uint16_t)used;
 	r->valid = 1;
 	s->active[lvl] = next;
 	otel_thread_ctx_publish_(r);
 	return 0;
+}
+
+/* Enters a span on this thread: publishes a record with the ids and flags.
+ * Returns 0, or -1 when the per-thread state cannot be allocated. */
+static inline int otel_thread_ctx_enter(const uint8_t trace_id[16], const uint8_t span_id[8],
+					uint8_t trace_flags)
+{
+	return otel_thread_ctx_enter_attrs(trace_id, span_id, trace_flags, NULL, 0);
 }
 
 /* Leaves the innermost span: the parent's record is published again, or
