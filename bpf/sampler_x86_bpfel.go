@@ -36,6 +36,7 @@ const (
 	SamplerDropCounterCNT_PROC_EVENTS_LOST    SamplerDropCounter = 7
 	SamplerDropCounterCNT_CTX_INVALID         SamplerDropCounter = 8
 	SamplerDropCounterCNT_GO_LABELS_ERR       SamplerDropCounter = 9
+	SamplerDropCounterCNT_CTX_ATTRS_ERR       SamplerDropCounter = 10
 	SamplerDropCounterCNT_OFFCPU_SAMPLES      SamplerDropCounter = 12
 	SamplerDropCounterCNT_OFFCPU_PENDING_FULL SamplerDropCounter = 13
 	SamplerDropCounterCNT_OFFCPU_STATE_ERR    SamplerDropCounter = 14
@@ -151,7 +152,11 @@ type SamplerStackSample struct {
 	KernFrames int32
 	WindowLen  uint32
 	ParentPid  uint32
-	Data       [1215]uint64
+	CtxRecord  uint64
+	AttrsLen   uint16
+	Pad2       uint16
+	Pad3       uint32
+	Data       [1292]uint64
 }
 
 type SamplerStackSnap struct {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,11 @@ const (
 	AttributeKeyMapKey = "threadlocal.attribute_key_map"
 )
 
+// SchemaVersions are the threadlocal.schema_version values whose records
+// this package reads: the layout of the SPEC's record table. A process
+// context without one is read as that layout too.
+var SchemaVersions = []string{"tlsdesc_v1_dev"}
+
 // Errors of the process-context reader.
 var (
 	// ErrNoProcessContext: no OTEL_CTX mapping with a valid header.
@@ -53,6 +59,19 @@ type ProcessContext struct {
 	Extra map[string]string
 	// AttributeKeyMap names thread-context attribute keys by index.
 	AttributeKeyMap []string
+}
+
+// KeyMap returns the attribute key map when the process context's
+// threadlocal.schema_version is one this package reads (or absent), and an
+// error otherwise: another record layout's key bytes may mean something
+// else, so none is named then (the ids are read all the same).
+func (pc *ProcessContext) KeyMap() ([]string, error) {
+	v, ok := pc.Extra[SchemaVersionKey]
+	if ok && !slices.Contains(SchemaVersions, v) {
+		return nil, fmt.Errorf("read process context: %s %q not supported (want one of %q): thread attributes not exported",
+			SchemaVersionKey, v, SchemaVersions)
+	}
+	return pc.AttributeKeyMap, nil
 }
 
 // ReadProcessContext returns the resource attributes a process published

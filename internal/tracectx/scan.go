@@ -38,8 +38,11 @@ type ProcessInfo struct {
 	Hooks []Hook
 	// Resource is the OTEP 4719 process context's resource (nil if none).
 	Resource map[string]string
-	// AttributeKeyMap names the thread-context attribute keys by index.
+	// AttributeKeyMap names the thread-context attribute keys by index;
+	// nil when the process publishes none or a schema version not read.
 	AttributeKeyMap []string
+	// SchemaVersion is the process context's threadlocal.schema_version.
+	SchemaVersion string
 	// ServiceName: process context service.name, else OTEL_SERVICE_NAME,
 	// else service.name in OTEL_RESOURCE_ATTRIBUTES; "" when none.
 	ServiceName string
@@ -108,6 +111,11 @@ func (s *Scanner) Scan(pid int) (*ProcessInfo, error) {
 	case err == nil:
 		info.Resource, info.AttributeKeyMap = pc.Resource, pc.AttributeKeyMap
 		info.ServiceName = pc.Resource["service.name"]
+		info.SchemaVersion = pc.Extra[SchemaVersionKey]
+		var err error
+		if info.AttributeKeyMap, err = pc.KeyMap(); err != nil {
+			info.Errors = append(info.Errors, err)
+		}
 	case !errors.Is(err, ErrNoProcessContext):
 		info.Errors = append(info.Errors, err)
 	}

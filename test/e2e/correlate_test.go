@@ -47,6 +47,8 @@ func TestCorrelationNative(t *testing.T) {
 		env  []string
 		kind tracectx.LocationKind
 		musl bool
+		// noAttrs: the variant publishes ids only (the uprobe hook).
+		noAttrs bool
 	}{
 		{name: "workload-gcc", kind: tracectx.LocationStaticTP},
 		{name: "workload-clang", kind: tracectx.LocationStaticTP},
@@ -57,7 +59,7 @@ func TestCorrelationNative(t *testing.T) {
 		{name: "workload-musl-static", kind: tracectx.LocationStaticTP, musl: true},
 		{name: "workload-musl-lib", kind: tracectx.LocationStaticTP, musl: true},
 		{name: "workload-musl-dlopen", env: []string{"WL_CTX_LIB=" + lib("libwlctx-musl.so")}, kind: tracectx.LocationDTV, musl: true},
-		{name: "workload-hook", kind: tracectx.LocationNone},
+		{name: "workload-hook", kind: tracectx.LocationNone, noAttrs: true},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			if v.musl && muslMissing != "" {
@@ -76,8 +78,22 @@ func TestCorrelationNative(t *testing.T) {
 			if err := fix.Wait(); err != nil {
 				t.Fatalf("workload: %v", err)
 			}
-			truth := readTruth(t, truthPath)
-			c := measureCorrelation(readOTLP(t, out), truth)
+			spans := readTruth(t, truthPath)
+			samples := readOTLP(t, out)
+			c := measureCorrelation(samples, spans)
+			a := truth.MeasureAttributes(samples)
+			t.Logf("%s: attributes on linked samples: present %d/%d (%.3f%%), right %d (%.3f%%); on unlinked samples: %d",
+				v.name, a.Present, a.Linked, pct(a.Present, a.Linked), a.Right, pct(a.Right, a.Linked), a.Stray)
+			if v.noAttrs {
+				if a.Present > 0 {
+					t.Errorf("%d samples carry attributes the variant never published", a.Present)
+				}
+			} else if pct(a.Right, a.Linked) < 99.9 {
+				t.Errorf("%.3f%% of linked samples carry their span's three attributes, want ≥ 99.9%%", pct(a.Right, a.Linked))
+			}
+			if a.Stray > 0 {
+				t.Errorf("%d samples outside any span carry span attributes", a.Stray)
+			}
 			t.Logf("%s: in-span samples %d, with the right ids %d (%.3f%%); linked %d, right %d (%.3f%%); linked outside their window ±50µs: %d; span function on stack %d/%d",
 				v.name, c.InSpan, c.InSpanRight, pct(c.InSpanRight, c.InSpan), c.Linked, c.LinkedRight, pct(c.LinkedRight, c.Linked),
 				c.LinkedOutside, c.FunctionRight, c.CheckedF)
