@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestScanProbe runs each tlsprobe variant, scans it, and checks that the
@@ -115,6 +118,19 @@ func TestScanProbe(t *testing.T) {
 			}
 			if !slices.Equal(info.AttributeKeyMap, []string{"probe.attr"}) {
 				t.Errorf("attribute key map %v", info.AttributeKeyMap)
+			}
+			// The SDK publishes version 2 with a CLOCK_BOOTTIME stamp
+			// taken before the probe said it was ready.
+			pc, err := LoadProcessContext(pid)
+			var boot unix.Timespec
+			if err == nil {
+				err = unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now := uint64(boot.Nano()); pc.Version != 2 || pc.PublishedAtNs == 0 || pc.PublishedAtNs > now || now-pc.PublishedAtNs > uint64(time.Minute) {
+				t.Errorf("process context version %d published at %d ns of CLOCK_BOOTTIME, now %d", pc.Version, pc.PublishedAtNs, now)
 			}
 			if len(info.Hooks) != 0 {
 				t.Errorf("hooks %+v, want none", info.Hooks)

@@ -74,7 +74,7 @@
  * maps a "OTEL_CTX" memfd (fallback: an anonymous mapping named with
  * PR_SET_VMA_ANON_NAME) holding
  *   {char signature[8]="OTEL_CTX"; u32 version=2; u32 payload_size;
- *    u64 published_at_ns (CLOCK_REALTIME); u64 payload_ptr}
+ *    u64 monotonic_published_at_ns (CLOCK_BOOTTIME); u64 payload_ptr}
  * and a protobuf opentelemetry.proto.common.v1.ProcessContext payload:
  *   ProcessContext { Resource resource = 1; repeated KeyValue extra_attributes = 2; }
  *   Resource { repeated KeyValue attributes = 1; }
@@ -487,7 +487,7 @@ typedef struct otel_process_ctx_header {
 	char signature[8];
 	uint32_t version;
 	uint32_t payload_size;
-	uint64_t published_at_ns;
+	uint64_t monotonic_published_at_ns; /* 0 while an update is under way */
 	uint64_t payload;
 } otel_process_ctx_header;
 
@@ -498,7 +498,9 @@ static uint8_t *otel_pctx_payload_;
 static uint64_t otel_pctx_now_(uint64_t prev)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
+	/* CLOCK_BOOTTIME, as the merged OTEP has it: readers compare it with
+	 * the value they read before the payload, and it never goes back. */
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	/* Readers detect updates by a change: never 0, never the old value. */
 	return now > prev ? now : prev + 1;
@@ -541,20 +543,20 @@ int otel_process_ctx_publish(const otel_process_ctx_attr *attrs, size_t n_attrs,
 		h->version = 2;
 		h->payload_size = (uint32_t)len;
 		h->payload = (uint64_t)(uintptr_t)payload;
-		h->published_at_ns = otel_pctx_now_(0);
+		h->monotonic_published_at_ns = otel_pctx_now_(0);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		memcpy(h->signature, "OTEL_CTX", 8);
 		otel_pctx_map_ = h;
 		otel_pctx_map_size_ = size;
 	} else {
-		uint64_t prev = h->published_at_ns;
-		__atomic_store_n(&h->published_at_ns, (uint64_t)0, __ATOMIC_SEQ_CST);
+		uint64_t prev = h->monotonic_published_at_ns;
+		__atomic_store_n(&h->monotonic_published_at_ns, (uint64_t)0, __ATOMIC_SEQ_CST);
 		h->payload_size = (uint32_t)len;
 		h->payload = (uint64_t)(uintptr_t)payload;
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		__atomic_store_n(&h->published_at_ns, otel_pctx_now_(prev), __ATOMIC_SEQ_CST);
+		__atomic_store_n(&h->monotonic_published_at_ns, otel_pctx_now_(prev), __ATOMIC_SEQ_CST);
 	}
-	/* Readers that raced see published_at_ns change and retry. */
+	/* Readers that raced see monotonic_published_at_ns change and retry. */
 	free(otel_pctx_payload_);
 	otel_pctx_payload_ = payload;
 	/* Fails on memfd mappings and old kernels; the memfd name suffices then. */
