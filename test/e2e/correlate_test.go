@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +43,7 @@ func TestCorrelationNative(t *testing.T) {
 	lib := func(name string) string { return filepath.Join(bin, name) }
 	for _, v := range []struct {
 		name string
+		bin  string // the program, when not name
 		env  []string
 		kind tracectx.LocationKind
 		musl bool
@@ -54,18 +54,25 @@ func TestCorrelationNative(t *testing.T) {
 		{name: "workload-clang", kind: tracectx.LocationStaticTP},
 		{name: "workload-lib", kind: tracectx.LocationStaticTP},
 		{name: "workload-dlopen", env: []string{"WL_CTX_LIB=" + lib("libwlctx.so")}, kind: tracectx.LocationStaticTP},
-		{name: "workload-dlopen-dtv", env: []string{"WL_CTX_LIB=" + lib("libwlctx.so"), "WL_TLS_FILL=" + lib("libtlsfill.so")},
+		{name: "workload-dlopen-dtv", bin: "workload-dlopen", env: []string{"WL_CTX_LIB=" + lib("libwlctx.so"), "WL_TLS_FILL=" + lib("libtlsfill.so")},
+			kind: tracectx.LocationDTV},
+		{name: "workload-dlopen-dtv-late", bin: "workload-dlopen", env: []string{"WL_CTX_LIB=" + lib("libwlctx.so"), "WL_TLS_FILL=" + lib("libtlsfill.so"), "WL_DLOPEN_LATE=1"},
 			kind: tracectx.LocationDTV},
 		{name: "workload-musl-static", kind: tracectx.LocationStaticTP, musl: true},
 		{name: "workload-musl-lib", kind: tracectx.LocationStaticTP, musl: true},
 		{name: "workload-musl-dlopen", env: []string{"WL_CTX_LIB=" + lib("libwlctx-musl.so")}, kind: tracectx.LocationDTV, musl: true},
+		{name: "workload-musl-dlopen-late", bin: "workload-musl-dlopen", env: []string{"WL_CTX_LIB=" + lib("libwlctx-musl.so"), "WL_DLOPEN_LATE=1"},
+			kind: tracectx.LocationDTV, musl: true},
 		{name: "workload-hook", kind: tracectx.LocationNone, noAttrs: true},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			if v.musl && muslMissing != "" {
 				t.Skip(muslMissing)
 			}
-			exe := strings.TrimSuffix(v.name, "-dtv")
+			exe := v.name
+			if v.bin != "" {
+				exe = v.bin
+			}
 			dir := t.TempDir()
 			truthPath := filepath.Join(dir, "truth")
 			// The workload runs until told to stop, so a slow start of

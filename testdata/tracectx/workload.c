@@ -201,9 +201,22 @@ static void (*const busy_fns[MAX_THREADS])(uint64_t) = {busy_0, busy_1, busy_2, 
 static const char *const busy_names[MAX_THREADS] = {"busy_0", "busy_1", "busy_2", "busy_3",
 						    "busy_4", "busy_5", "busy_6", "busy_7"};
 
+#ifdef WL_DLOPEN
+/* With WL_DLOPEN_LATE set, the threads start before the library is
+ * dlopen'ed and wait here: their DTVs predate the module (glibc grows a
+ * thread's DTV at its first access; musl installs a new one in every
+ * thread as it loads the module). */
+static pthread_barrier_t wl_loaded;
+static int wl_late;
+#endif
+
 static void *run(void *arg)
 {
 	struct worker *w = (struct worker *)arg;
+#ifdef WL_DLOPEN
+	if (wl_late)
+		pthread_barrier_wait(&wl_loaded);
+#endif
 	w->tid = (long)syscall(SYS_gettid);
 	w->fn = busy_names[w->idx];
 	while (!stop && now_ns(CLOCK_MONOTONIC) < w->deadline && w->n < MAX_SPANS) {
@@ -255,16 +268,23 @@ int main(int argc, char **argv)
 		perror(argv[1]);
 		return 1;
 	}
-#ifdef WL_DLOPEN
-	wl_load();
-#endif
 	otel_process_ctx_attr attrs[] = {
 		{"service.name", "spanprof-workload"},
 		{"service.instance.id", "workload-1"},
 		{"deployment.environment.name", "test"},
 	};
+#ifdef WL_DLOPEN
+	wl_late = getenv("WL_DLOPEN_LATE") != NULL;
+	if (wl_late)
+		pthread_barrier_init(&wl_loaded, NULL, (unsigned)nthreads + 1);
+	else
+		wl_load();
+	if (!wl_late && ctx_publish(attrs, 3) != 0)
+		perror("process context");
+#else
 	if (ctx_publish(attrs, 3) != 0)
 		perror("process context");
+#endif
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_signal;
@@ -282,6 +302,14 @@ int main(int argc, char **argv)
 		ws[i].seed = now_ns(CLOCK_REALTIME) ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
 		pthread_create(&th[i], NULL, run, &ws[i]);
 	}
+#ifdef WL_DLOPEN
+	if (wl_late) {
+		wl_load();
+		if (ctx_publish(attrs, 3) != 0)
+			perror("process context");
+		pthread_barrier_wait(&wl_loaded);
+	}
+#endif
 	int total = 0;
 	for (int i = 0; i < nthreads; i++) {
 		pthread_join(th[i], NULL);
