@@ -37,6 +37,10 @@ func TestScanProbe(t *testing.T) {
 		{name: "DT_NEEDED library gcc", bin: "tlsprobe-lib", module: "libprobe.so", kind: LocationStaticTP},
 		{name: "DT_NEEDED library clang", bin: "tlsprobe-lib-clang", module: "libprobe-clang.so", kind: LocationStaticTP},
 		{name: "dlopen static surplus", bin: "tlsprobe-dlopen", lib: "libprobe.so", module: "libprobe.so", kind: LocationStaticTP},
+		// The SDK's TLSDESC access in a library built with the
+		// traditional dialect.
+		{name: "DT_NEEDED library, traditional dialect", bin: "tlsprobe-lib-trad", module: "libprobe-trad.so", kind: LocationStaticTP},
+		{name: "dlopen, traditional dialect, clang", bin: "tlsprobe-dlopen", lib: "libprobe-trad-clang.so", module: "libprobe-trad-clang.so", kind: LocationStaticTP},
 		{
 			name: "dlopen dynamic TLS", bin: "tlsprobe-dlopen", lib: "libprobe.so", module: "libprobe.so", kind: LocationDTV,
 			env: []string{"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=0"},

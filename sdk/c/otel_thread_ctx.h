@@ -39,10 +39,12 @@
  *     lld) or -rdynamic. Code in the executable accesses the variable with the
  *     local-exec model (fs:-N, fixed at link time); the agent computes the
  *     offset from PT_TLS.
- *   - Shared library: build with -fPIC -mtls-dialect=gnu2 so accesses use
- *     TLSDESC (one indirect call that returns the TP offset; cheaper than
- *     __tls_get_addr). Visibility is "default", so the symbol is in .dynsym
- *     without flags. glibc gives libraries loaded at start-up static TLS;
+ *   - Shared library: accesses to otel_thread_ctx_v1 use TLSDESC (one
+ *     indirect call that returns the TP offset; cheaper than __tls_get_addr)
+ *     on x86-64 whatever the compiler's -mtls-dialect (see
+ *     otel_thread_ctx_slot_); -mtls-dialect=gnu2 makes the writer's own
+ *     state use it too. Visibility is "default", so the symbol is in
+ *     .dynsym without flags. glibc gives libraries loaded at start-up static TLS;
  *     dlopen'ed ones get static TLS from the surplus when it has room, else
  *     dynamic TLS reached through the DTV. The agent handles all three (see
  *     docs/thread-context.md).
@@ -140,10 +142,43 @@ otel_thread_ctx_state *otel_thread_ctx_state_alloc(void);
 void spanprof_set_trace_context(const uint8_t *trace_id16, const uint8_t *span_id8);
 #endif
 
+/* otel_thread_ctx_slot_ returns this thread's &otel_thread_ctx_v1. In
+ * shared-library code on x86-64 it does so through a TLS descriptor
+ * whatever -mtls-dialect the library is built with (gcc 12 and clang 19
+ * default to the traditional dialect, a __tls_get_addr call per access and
+ * a DTPMOD64 slot): the OTEP's TLSDESC dialect, whose relocation readers
+ * resolve to a static offset when the library got static TLS. The linker
+ * relaxes it in executables. The descriptor function may clobber only
+ * %rax and the flags, but it is called from inline assembly, so the red
+ * zone below the stack pointer is stepped over and the stack aligned
+ * first. OTEL_THREAD_CTX_COMPILER_TLS leaves the access to the compiler. */
+#if defined(__x86_64__) && defined(__PIC__) && !defined(__PIE__) && !defined(OTEL_THREAD_CTX_COMPILER_TLS)
+static inline void **otel_thread_ctx_slot_(void)
+{
+	void **p;
+	__asm__ volatile("mov %%rsp, %%r11\n\t"
+			 "sub $128, %%rsp\n\t"
+			 "and $-16, %%rsp\n\t"
+			 "push %%r11\n\t"
+			 "sub $8, %%rsp\n\t"
+			 "lea otel_thread_ctx_v1@tlsdesc(%%rip), %%rax\n\t"
+			 "call *otel_thread_ctx_v1@tlscall(%%rax)\n\t"
+			 "add $8, %%rsp\n\t"
+			 "pop %%rsp\n\t"
+			 "add %%fs:0, %%rax"
+			 : "=a"(p)
+			 :
+			 : "r11", "cc", "memory");
+	return p;
+}
+#else
+static inline void **otel_thread_ctx_slot_(void) { return &otel_thread_ctx_v1; }
+#endif
+
 static inline void otel_thread_ctx_publish_(void *rec)
 {
 	/* Release: the record's bytes are visible before the pointer is. */
-	__atomic_store_n(&otel_thread_ctx_v1, rec, __ATOMIC_RELEASE);
+	__atomic_store_n(otel_thread_ctx_slot_(), rec, __ATOMIC_RELEASE);
 #ifdef OTEL_THREAD_CTX_CALL_SPANPROF_HOOK
 	if (rec) {
 		otel_thread_ctx_record *r = (otel_thread_ctx_record *)rec;
@@ -343,7 +378,7 @@ static int otel_thread_ctx_key_ok_;
  * pointer into freed memory. */
 static void otel_thread_ctx_free_(void *p)
 {
-	__atomic_store_n(&otel_thread_ctx_v1, (void *)NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(otel_thread_ctx_slot_(), (void *)NULL, __ATOMIC_RELEASE);
 	otel_thread_ctx_state_v1 = NULL;
 	free(p);
 }
