@@ -101,6 +101,22 @@ static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_s
 		return 0;
 	if (cfg->tls_kind == TLS_STATIC_TP) {
 		addr = tp + cfg->tls_offset;
+	} else if (cfg->tls_kind == TLS_DTV_MUSL) {
+		__u64 dtv = 0, block = 0, slots = 0;
+
+		/* musl: dtv[0] counts the modules, dtv[i] is module i's block,
+		 * set for every thread when a module is loaded. */
+		if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + TCB_DTV_OFF)) || !dtv)
+			goto fault;
+		if (bpf_probe_read_user(&slots, sizeof(slots), (void *)dtv))
+			goto fault;
+		if (cfg->tls_module > slots)
+			return 0;
+		if (bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + 8 * cfg->tls_module)))
+			goto fault;
+		if (!block)
+			return 0;
+		addr = block + cfg->tls_offset;
 	} else {
 		__u64 dtv = 0, block = 0;
 
@@ -135,6 +151,12 @@ static __always_inline int read_thread_ctx(struct stack_sample *s, struct task_s
 	__builtin_memcpy(s->trace_id, hdr.trace_id, sizeof(s->trace_id));
 	__builtin_memcpy(s->span_id, hdr.span_id, sizeof(s->span_id));
 	s->ctx_source = CTX_THREAD;
+	/* The attributes go after the frames (append_attrs), whose number is
+	 * known only once the stacks are walked. The record cannot change
+	 * meanwhile: its thread is not running, and a writer never changes a
+	 * published record. */
+	s->ctx_record = ptr;
+	s->attrs_len = hdr.attrs_data_size;
 	return 1;
 fault:
 	count(CNT_CTX_READ_ERR);
@@ -215,7 +237,8 @@ struct {
  * before it has a size; 0 keeps STACK_SNAP_BYTES. */
 volatile const __u32 new_process_window = 0;
 
-/* Words of stack_sample.data. */
+/* Words of stack_sample.data for the window and frames; the attributes
+ * have CTX_ATTR_WORDS more. */
 #define DATA_WORDS (STACK_WINDOW_MAX / 8 + MAX_USER_FRAMES + MAX_KERN_FRAMES)
 
 /* window_words returns where s's frames start in data, in words: after
@@ -393,6 +416,10 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->user_bp = 0;
 	s->user_lr = 0;
 	s->window_len = 0;
+	s->ctx_record = 0;
+	s->attrs_len = 0;
+	s->pad2 = 0;
+	s->pad3 = 0;
 	/* task is current; reading its comm directly spares a helper call. */
 	__builtin_memcpy(s->comm, task->comm, sizeof(s->comm));
 	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
@@ -542,6 +569,32 @@ __noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32
 	return pos.n < MAX_USER_FRAMES ? pos.n : MAX_USER_FRAMES;
 }
 
+/* append_attrs copies the thread-context record's attributes into data
+ * at word words, right after the frames, and returns the words used
+ * then. Both the position and the length are bounded where they are used,
+ * for the verifiers of 6.1 and 6.12 (see data_at). A failed read sends the
+ * sample without attributes, counted. */
+static __always_inline __u64 append_attrs(struct stack_sample *s, __u64 words)
+{
+	__u64 at = words, n = s->attrs_len;
+
+	if (!n || !s->ctx_record)
+		return words;
+	barrier_var(n);
+	if (n > OTEL_CTX_MAX_ATTRS)
+		n = OTEL_CTX_MAX_ATTRS;
+	barrier_var(at);
+	if (at > DATA_WORDS)
+		at = DATA_WORDS;
+	if (bpf_probe_read_user(&s->data[at], n, (void *)(s->ctx_record + sizeof(struct otel_thread_ctx_hdr)))) {
+		count(CNT_CTX_ATTRS_ERR);
+		s->attrs_len = 0;
+		return words;
+	}
+	s->attrs_len = n;
+	return at + (n + 7) / 8;
+}
+
 /* fill_stacks walks the user stack, then the kernel stack right after it,
  * and returns how many bytes of s hold data. */
 static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, struct user_ctx *u, int kernel)
@@ -584,6 +637,7 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 	barrier_var(words);
 	if (words > DATA_WORDS)
 		words = DATA_WORDS;
+	words = append_attrs(s, words);
 	return __builtin_offsetof(struct stack_sample, data) + words * sizeof(__u64);
 }
 

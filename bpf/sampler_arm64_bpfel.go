@@ -36,6 +36,7 @@ const (
 	SamplerDropCounterCNT_PROC_EVENTS_LOST    SamplerDropCounter = 7
 	SamplerDropCounterCNT_CTX_INVALID         SamplerDropCounter = 8
 	SamplerDropCounterCNT_GO_LABELS_ERR       SamplerDropCounter = 9
+	SamplerDropCounterCNT_CTX_ATTRS_ERR       SamplerDropCounter = 10
 	SamplerDropCounterCNT_OFFCPU_SAMPLES      SamplerDropCounter = 12
 	SamplerDropCounterCNT_OFFCPU_PENDING_FULL SamplerDropCounter = 13
 	SamplerDropCounterCNT_OFFCPU_STATE_ERR    SamplerDropCounter = 14
@@ -151,7 +152,11 @@ type SamplerStackSample struct {
 	KernFrames int32
 	WindowLen  uint32
 	ParentPid  uint32
-	Data       [1215]uint64
+	CtxRecord  uint64
+	AttrsLen   uint16
+	Pad2       uint16
+	Pad3       uint32
+	Data       [1292]uint64
 }
 
 type SamplerStackSnap struct {
@@ -165,6 +170,7 @@ const (
 	SamplerTlsKindTLS_NONE      SamplerTlsKind = 0
 	SamplerTlsKindTLS_STATIC_TP SamplerTlsKind = 1
 	SamplerTlsKindTLS_DTV       SamplerTlsKind = 2
+	SamplerTlsKindTLS_DTV_MUSL  SamplerTlsKind = 3
 )
 
 type SamplerTraceContext struct {

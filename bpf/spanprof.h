@@ -51,6 +51,7 @@ enum drop_counter {
 	CNT_PROC_EVENTS_LOST = 7,
 	CNT_CTX_INVALID = 8,    /* thread context record present but not valid */
 	CNT_GO_LABELS_ERR = 9,  /* goroutine labels unreadable or malformed */
+	CNT_CTX_ATTRS_ERR = 10, /* thread context attributes unreadable: sent without them */
 	/* Off-CPU (bpf/offcpu.h); 12 up so on-CPU additions keep 10-11. */
 	CNT_OFFCPU_SAMPLES = 12,      /* waits captured at switch-out */
 	CNT_OFFCPU_PENDING_FULL = 13, /* capture dropped: offcpu_pending full */
@@ -70,6 +71,7 @@ enum tls_kind {
 	TLS_NONE = 0,
 	TLS_STATIC_TP = 1, /* variable at tp + tls_offset (tp: fsbase, tpidr_el0) */
 	TLS_DTV = 2,       /* dtv = *(tp+8) on x86, *(tp) on arm64; block = dtv[module].val; var at block + tls_offset */
+	TLS_DTV_MUSL = 3,  /* musl, x86-64: dtv = *(tp+8); dtv[0] = slots; block = dtv[module] (8-byte entries) */
 };
 
 enum go_label_layout {
@@ -100,6 +102,9 @@ struct proc_config {
 
 /* OTEP 4947: the whole record is at most 640 bytes, 28 of them header. */
 #define OTEL_CTX_MAX_ATTRS (640 - 28)
+
+/* Words after the frames of a sample that hold its record's attributes. */
+#define CTX_ATTR_WORDS ((OTEL_CTX_MAX_ATTRS + 7) / 8)
 
 /* OTEP 4947 thread-context record header (packed, 2-byte aligned). */
 struct otel_thread_ctx_hdr {
@@ -133,11 +138,18 @@ struct stack_sample {
 	__s32 kern_frames;  /* count, or negative errno */
 	__u32 window_len;   /* bytes of window in data, a multiple of 8 */
 	__u32 parent_pid;   /* SAMPLE_PRE_EXEC: the parent's tgid, 0 otherwise */
+	/* CTX_THREAD: the user address of the thread-context record, whose
+	 * attributes are copied after the stacks are walked; 0 otherwise. */
+	__u64 ctx_record;
+	__u16 attrs_len;    /* bytes of the record's attributes in data, after the frames */
+	__u16 pad2;
+	__u32 pad3;
 	/* The window (user memory at [user_sp, user_sp + window_len)), then
-	 * user_frames user addresses, then kern_frames kernel addresses. The
-	 * record sent is cut after the last one used: writing the whole
-	 * struct into the ring cost more than the stack walks. */
-	__u64 data[STACK_WINDOW_MAX / 8 + MAX_USER_FRAMES + MAX_KERN_FRAMES];
+	 * user_frames user addresses, then kern_frames kernel addresses, then
+	 * attrs_len bytes of attributes padded to 8. The record sent is cut
+	 * after the last one used: writing the whole struct into the ring
+	 * cost more than the stack walks. */
+	__u64 data[STACK_WINDOW_MAX / 8 + MAX_USER_FRAMES + MAX_KERN_FRAMES + CTX_ATTR_WORDS];
 };
 
 /* Off-CPU sampling clock of one thread (task storage): the time of its

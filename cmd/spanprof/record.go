@@ -354,6 +354,10 @@ loop:
 	}
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
 	st := c.Stats()
+	if n := st.CtxAttrsUnnamed + st.CtxAttrsMalformed + st.CtxAttrsCut; n > 0 {
+		fmt.Fprintf(stderr, "spanprof: thread-context attributes left out: %d unnamed by the process context's key map, %d samples with malformed attributes, %d samples past the bound on distinct attribute sets (their trace ids are kept)\n",
+			st.CtxAttrsUnnamed, st.CtxAttrsMalformed, st.CtxAttrsCut)
+	}
 	if st.StacksCut > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))
 	}
@@ -407,6 +411,10 @@ func newCollector(freq int, log *slog.Logger, tracker *proc.Tracker, watch *corr
 	opts.Resource = func(pid uint32) (string, map[string]string) {
 		info, _ := watch.Info(pid)
 		return info.ServiceName, info.Resource
+	}
+	opts.ContextKeys = func(pid uint32) []string {
+		info, _ := watch.Info(pid)
+		return info.AttributeKeys
 	}
 	if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
 		log.Warn("kernel frames stay unsymbolized", "error", err)

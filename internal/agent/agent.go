@@ -173,6 +173,10 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 			info, _ := c.Info(pid)
 			return info.ServiceName, info.Resource
 		}
+		collOpts.ContextKeys = func(pid uint32) []string {
+			info, _ := c.Info(pid)
+			return info.AttributeKeys
+		}
 	}
 	// A sampler sizes the stack window of each process and widens it for
 	// processes whose stacks it cut.
@@ -201,6 +205,9 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 				Name: "spanprof_samples_collected_total",
 				Help: "Samples that reached the collector from the sampler.",
 			}, func() float64 { return float64(a.collector.Stats().Samples) }),
+			attrsDropped("unnamed", func() uint64 { return a.collector.Stats().CtxAttrsUnnamed }),
+			attrsDropped("malformed", func() uint64 { return a.collector.Stats().CtxAttrsMalformed }),
+			attrsDropped("cardinality", func() uint64 { return a.collector.Stats().CtxAttrsCut }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_user_stacks_cut_total",
 				Help: "Samples whose user stack ended at a return address in no code mapping: the frame-pointer chain went through code built without frame pointers, and the rest was not a stack.",
@@ -522,4 +529,17 @@ func (a *Agent) reportUnnamed(agg *profile.Aggregate) {
 	}
 	a.log.Warn("frames left unnamed for want of symbols or debug info (said once)", "binaries", len(u.Objects), "examples", u.String(),
 		"functions_named_by_start", u.Functions, "addresses_in_no_function", u.Addresses, "hint", hint)
+}
+
+// attrsDropped is the counter of thread-context attributes left out of
+// the profile for one reason: unnamed (attributes whose key the process
+// context's key map does not name), malformed (samples whose attributes
+// did not parse), cardinality (samples past the bound on distinct
+// attribute sets per report). The samples keep their trace ids.
+func attrsDropped(reason string, f func() uint64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "spanprof_context_attributes_dropped_total",
+		Help:        "Thread-context attributes (unnamed) or samples' attribute sets (malformed, cardinality) left out of the profile; the samples keep their trace ids.",
+		ConstLabels: prometheus.Labels{"reason": reason},
+	}, func() float64 { return float64(f()) })
 }

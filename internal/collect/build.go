@@ -102,7 +102,7 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 			if st.cut {
 				stats.StacksCut++
 			}
-			s = convert(&chunk[i], st, &k.comms)
+			s = convert(&chunk[i], st, &k.comms, &k.attrSets)
 			add(&s)
 		}
 		k.chunks[ci] = nil
@@ -123,11 +123,14 @@ type builtStack struct {
 }
 
 // convert returns the profile's sample of r, whose stack is st.
-func convert(r *sample, st *builtStack, comms *names) profile.Sample {
+func convert(r *sample, st *builtStack, comms, attrSets *names) profile.Sample {
 	s := profile.Sample{
 		Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: comms.list[r.comm],
 		Time: r.t.time(), Value: r.value, Link: r.link, State: stateNames[r.state],
 		Frames: st.frames,
+	}
+	if r.attrs != 0 {
+		s.Attrs = profile.Attrs(attrSets.list[r.attrs])
 	}
 	if r.kind == profile.OffCPU {
 		s.Frames, s.Reason = st.trimmed, st.reason

@@ -95,6 +95,17 @@ type Options struct {
 	// window is sized (the sampler copies a process with no size with
 	// sampler.Options.NewProcessWindow); 0 means DefaultWindowProbe.
 	WindowProbe time.Duration
+	// ContextKeys returns the process context's
+	// threadlocal.attribute_key_map of a process, which names the keys of
+	// its thread-context attributes; nil leaves every attribute unnamed
+	// (counted in Stats.CtxAttrsUnnamed, not exported).
+	ContextKeys func(pid uint32) []string
+	// MaxAttrSets bounds the distinct attribute sets kept per interval
+	// (0: DefaultMaxAttrSets). Each is a sample identity of its own, so
+	// a writer putting a request id into its attributes would otherwise
+	// grow the profile without bound; samples past it keep their ids but
+	// lose their attributes, counted in Stats.CtxAttrsCut.
+	MaxAttrSets int
 }
 
 // DefaultWindowProbe watches a process's stacks for a second before its
@@ -102,6 +113,9 @@ type Options struct {
 // enough that a long-running process soon costs no more than the window
 // it needs.
 const DefaultWindowProbe = time.Second
+
+// DefaultMaxAttrSets is Options.MaxAttrSets by default.
+const DefaultMaxAttrSets = 4096
 
 // sample is a record kept until the profile is built. Its stack and
 // thread name are ids into the collector's tables: between reports memory
@@ -117,6 +131,7 @@ type sample struct {
 	comm  uint32 // names id
 	kind  profile.Kind
 	state byte
+	attrs uint32 // attrSets id; 0 for none
 }
 
 // unixNano is a time as Unix nanoseconds: the sampler's times are made by
@@ -180,6 +195,12 @@ type Stats struct {
 	// process as read before it, else its parent), the rest against the
 	// process's own.
 	PreExec, PreExecAttributed uint64
+	// CtxAttrsUnnamed counts thread-context attributes left out because
+	// the process context's key map names no key for them;
+	// CtxAttrsMalformed samples whose attributes did not parse;
+	// CtxAttrsCut samples that lost their attributes to the bound on
+	// distinct sets (Options.MaxAttrSets). Their ids are kept.
+	CtxAttrsUnnamed, CtxAttrsMalformed, CtxAttrsCut uint64
 }
 
 // Collector accumulates records. Add and Build may be called from
@@ -197,6 +218,10 @@ type Collector struct {
 	n       int // samples kept
 	stacks  stackTable
 	comms   names
+	// attrSets interns the samples' profile.Attrs; id 0 is none.
+	attrSets names
+	// attrsCutLogged: the bound on attrSets was logged this interval.
+	attrsCutLogged bool
 	// images are the images pinned for the samples taken inside an exec
 	// (stack image i is images[i-1]), numbered in imageIDs by the
 	// tracker's process each copies; unpinned after the Build that
@@ -292,7 +317,8 @@ func (c *Collector) Add(r *sampler.Record) {
 		}
 	}
 	user, res, recovered := c.fixLeaf(p, r)
-	if surplus := c.keep(r, user, res, recovered, orig, img, p.Gen()); surplus != nil {
+	attrs, unnamed, bad := c.attrs(r)
+	if surplus := c.keep(r, user, res, recovered, orig, img, p.Gen(), attrs, unnamed, bad); surplus != nil {
 		c.opts.Tracker.Unpin(surplus)
 	}
 }
@@ -452,10 +478,16 @@ func (c *Collector) dropWindow(pid uint32) {
 // it is pinned (a copy of the tracker's orig), else against the image of
 // its pid that gen names. It returns img when the interval holds a copy of
 // orig already, for the caller to unpin.
-func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, recovered bool, orig, img *proc.Process, gen uint32) (surplus *proc.Process) {
+func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, recovered bool, orig, img *proc.Process, gen uint32,
+	attrs profile.Attrs, unnamed int, badAttrs bool) (surplus *proc.Process) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Samples++
+	c.stats.CtxAttrsUnnamed += uint64(unnamed)
+	if badAttrs {
+		c.stats.CtxAttrsMalformed++
+	}
+	attrID := c.internAttrs(r.PID, attrs)
 	if recovered {
 		c.stats.LeafRecovered++
 	}
@@ -502,7 +534,7 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 		t: toUnixNano(r.Time), value: r.Value, link: r.Link,
 		stack: c.stacks.intern(r.PID, image, r.KernStack, user),
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
-		kind: r.Kind, state: r.State,
+		kind: r.Kind, state: r.State, attrs: attrID,
 	})
 	return surplus
 }
@@ -607,6 +639,7 @@ type kept struct {
 	n          int
 	stacks     stackTable
 	comms      names
+	attrSets   names
 	images     []*proc.Process
 }
 
@@ -614,8 +647,10 @@ type kept struct {
 func (c *Collector) take(end time.Time) *kept {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms, images: c.images}
-	c.samples, c.n, c.stacks, c.comms = nil, 0, stackTable{}, names{}
+	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms,
+		attrSets: c.attrSets, images: c.images}
+	c.samples, c.n, c.stacks, c.comms, c.attrSets = nil, 0, stackTable{}, names{}, names{}
+	c.attrsCutLogged = false
 	c.images, c.imageIDs = nil, nil
 	c.start = end
 	return k

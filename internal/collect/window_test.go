@@ -31,8 +31,8 @@ func TestSizeWindow(t *testing.T) {
 		t.Fatalf("after the probe: sets %v, want %v (twice 1500 bytes, rounded up)", sets, want)
 	}
 	walk(2*time.Second, 3000, unwind.StopOutermost) // fits: nothing to do
-	walk(3*time.Second, 5000, unwind.StopWindow)      // cut: widen now
-	walk(4*time.Second, 9000, unwind.StopWindow)      // beyond the widest: stays at it
+	walk(3*time.Second, 5000, unwind.StopWindow)    // cut: widen now
+	walk(4*time.Second, 9000, unwind.StopWindow)    // beyond the widest: stays at it
 	if want := []set{{7, 4096}, {7, sampler.WindowMax}}; len(sets) != 2 || sets[1] != want[1] {
 		t.Fatalf("after the cuts: sets %v, want %v", sets, want)
 	}

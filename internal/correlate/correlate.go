@@ -29,6 +29,9 @@ type Kernel interface {
 type Info struct {
 	ServiceName string
 	Resource    map[string]string
+	// AttributeKeys names the keys of the thread-context attributes
+	// (threadlocal.attribute_key_map); nil when the process publishes none.
+	AttributeKeys []string
 	// Source names the context source configured ("thread", "go",
 	// "hook"), empty when none.
 	Source string
@@ -140,7 +143,7 @@ func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.H
 	for _, e := range pi.Errors {
 		w.log.Debug("scan", "pid", pid, "error", e)
 	}
-	info := Info{ServiceName: pi.ServiceName, Resource: pi.Resource}
+	info := Info{ServiceName: pi.ServiceName, Resource: pi.Resource, AttributeKeys: pi.AttributeKeyMap}
 	switch pi.ThreadContext.Kind {
 	case tracectx.LocationStaticTP:
 		cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_STATIC_TP)
@@ -148,6 +151,9 @@ func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.H
 		info.Source = "thread"
 	case tracectx.LocationDTV:
 		cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV)
+		if pi.ThreadContext.Musl {
+			cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV_MUSL)
+		}
 		cfg.TlsOffset = pi.ThreadContext.Offset
 		cfg.TlsModule = pi.ThreadContext.ModuleID
 		info.Source = "thread"

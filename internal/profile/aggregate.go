@@ -7,8 +7,9 @@ import (
 )
 
 // GroupKey is everything two samples must share to be merged by an
-// exporter. The span link, thread and wait state are part of it so that no
-// exporter can fold samples of different spans or threads together.
+// exporter. The span link, thread, wait state and thread-context
+// attributes are part of it so that no exporter can fold samples of
+// different spans, threads or attributes together.
 type GroupKey struct {
 	PID        uint32
 	Kind       Kind
@@ -18,6 +19,7 @@ type GroupKey struct {
 	ThreadName string
 	State      string
 	Reason     string
+	Attrs      Attrs
 }
 
 // Group is the set of events that share one GroupKey. Times and Values are
@@ -84,6 +86,7 @@ func (g *Aggregator) Add(s *Sample) {
 	gk := GroupKey{
 		PID: s.PID, Kind: s.Kind, Stack: g.in.stack(a, s), Link: s.Link,
 		TID: s.TID, ThreadName: s.ThreadName, State: s.State, Reason: s.Reason,
+		Attrs: s.Attrs,
 	}
 	id, ok := g.groupIDs[gk]
 	if !ok {

@@ -93,6 +93,9 @@ type Sample struct {
 	// State and Reason describe off-CPU samples ("S"/"D", wait function).
 	State  string
 	Reason string
+	// Attrs are the thread context's attributes, exported as sample
+	// attributes under their keys.
+	Attrs Attrs
 }
 
 // Process describes a sampled process for resource attributes.

@@ -45,6 +45,10 @@ type Record struct {
 	// ParentPID is then the parent's pid, 0 otherwise.
 	PreExec   bool
 	ParentPID uint32
+	// CtxAttrs are the raw attributes of the thread-context record
+	// (CtxSource CTX_THREAD), {key u8, len u8, value[len]}..., as the
+	// kernel copied them; tracectx.ParseAttrs decodes them.
+	CtxAttrs []byte
 }
 
 // ProcEvent reports an exec or the exit of a whole process.
@@ -84,11 +88,12 @@ const (
 	WindowMax     = 8192 // STACK_WINDOW_MAX
 	maxUserFrames = 127  // MAX_USER_FRAMES
 	maxKernFrames = 64   // MAX_KERN_FRAMES
+	maxCtxAttrs   = 612  // OTEL_CTX_MAX_ATTRS
 )
 
-// The data field holds the largest window and every frame; a change of
-// the C constants shows here at compile time.
-var _ [0]struct{} = [len(bpf.SamplerStackSample{}.Data) - (WindowMax/8 + maxUserFrames + maxKernFrames)]struct{}{}
+// The data field holds the largest window, every frame and the largest
+// attributes; a change of the C constants shows here at compile time.
+var _ [0]struct{} = [len(bpf.SamplerStackSample{}.Data) - (WindowMax/8 + maxUserFrames + maxKernFrames + (maxCtxAttrs+7)/8)]struct{}{}
 
 // decoder turns raw ring-buffer bytes into Records and ProcEvents. It
 // belongs to one reader goroutine.
@@ -139,8 +144,9 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	used := (len(raw) - headerSize - wl) / 8
 	nu := max(int(s.UserFrames), 0)
 	nk := max(int(s.KernFrames), 0)
-	if nu+nk > used {
-		return nil, nil, fmt.Errorf("decode record: %d+%d frames in a record holding %d", nu, nk, used)
+	na := int(s.AttrsLen)
+	if na > maxCtxAttrs || nu+nk+(na+7)/8 > used {
+		return nil, nil, fmt.Errorf("decode record: %d+%d frames and %d bytes of attributes in a record holding %d words", nu, nk, na, used)
 	}
 	r := &Record{
 		Kind:      profile.Kind(s.Kind),
@@ -163,6 +169,10 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	if r.CtxSource != bpf.SamplerCtxSourceCTX_NONE {
 		r.Link.TraceID = s.TraceId
 		r.Link.SpanID = s.SpanId
+	}
+	if na > 0 {
+		at := headerSize + wl + 8*(nu+nk)
+		r.CtxAttrs = append([]byte(nil), raw[at:at+na]...)
 	}
 	if s.UserFrames < 0 {
 		r.UserErr = -s.UserFrames

@@ -75,6 +75,43 @@ func TestDecodeCompactRecord(t *testing.T) {
 	}
 }
 
+// TestDecodeAttrs: the record's attributes follow the frames, padded to
+// whole words, with the largest window and every frame too.
+func TestDecodeAttrs(t *testing.T) {
+	d := newDecoder(clock.NewConverter())
+	var s bpf.SamplerStackSample
+	s.Pid, s.Tid, s.Value = 10, 11, 1
+	s.CtxSource = uint8(bpf.SamplerCtxSourceCTX_THREAD)
+	s.TraceId[0] = 1
+	for _, tt := range []struct{ window, nu, nk, attrs int }{
+		{0, 0, 0, 5}, {16, 3, 2, 12}, {WindowMax, maxUserFrames, maxKernFrames, maxCtxAttrs},
+	} {
+		s.WindowLen, s.UserFrames, s.KernFrames = uint32(tt.window), int32(tt.nu), int32(tt.nk)
+		s.AttrsLen = uint16(tt.attrs)
+		at := tt.window + 8*(tt.nu+tt.nk)
+		data := unsafe.Slice((*byte)(unsafe.Pointer(&s.Data[0])), len(s.Data)*8)
+		want := make([]byte, tt.attrs)
+		for i := range want {
+			want[i] = byte(i*7 + 3)
+		}
+		copy(data[at:], want)
+		raw := encode(&s, tt.nu, tt.nk)
+		raw = append(raw, data[at:at+(tt.attrs+7)&^7]...)
+		r, _, err := d.decode(raw)
+		if err != nil || string(r.CtxAttrs) != string(want) || len(r.UserStack) != tt.nu {
+			t.Fatalf("%+v: attrs %x err %v, want %x", tt, r.CtxAttrs, err, want)
+		}
+		if _, _, err := d.decode(raw[:len(raw)-8]); err == nil {
+			t.Errorf("%+v: record cut in its attributes decoded", tt)
+		}
+	}
+	s.WindowLen, s.UserFrames, s.KernFrames, s.AttrsLen = 0, 0, 0, maxCtxAttrs+1
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&s)), sampleSize)
+	if _, _, err := d.decode(raw[:headerSize+(maxCtxAttrs+8)&^7]); err == nil {
+		t.Error("attributes beyond the 612 bytes of a record decoded")
+	}
+}
+
 // TestDecodeEverySampleSize: a sample is cut after its last frame, so it
 // has every size from its header to the whole struct; each must decode as
 // the sample it is. When process events were told apart by their size, a
@@ -84,7 +121,7 @@ func TestDecodeEverySampleSize(t *testing.T) {
 	var s bpf.SamplerStackSample
 	s.KtimeNs, s.Value, s.Pid, s.Tid = 123456789, 1, 10, 11
 	s.WindowLen = WindowMax // the largest window, then every frame
-	frames := s.Data[WindowMax/8:]
+	frames := s.Data[WindowMax/8 : WindowMax/8+maxUserFrames+maxKernFrames]
 	for i := range frames {
 		frames[i] = 0x401000 + uint64(i)
 	}

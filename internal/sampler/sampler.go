@@ -60,7 +60,10 @@ type Options struct {
 	// size. 0 copies the first 1 KiB, as for a process set to 0.
 	NewProcessWindow uint32
 	Logger           *slog.Logger
-	Clock            *clock.Converter
+	// OTelMapPin is where the OTel eBPF Instrumentation's traces_ctx_v1
+	// map is looked for; "" is OTelTracesMapPin.
+	OTelMapPin string
+	Clock      *clock.Converter
 	// OnExec, if set, is called from the reader as soon as an exec is
 	// read, before the records after it are queued: a short-lived process
 	// must be read from /proc before it is gone. at is the exec time, img
@@ -173,15 +176,10 @@ func New(opts Options) (*Sampler, error) {
 		collOpts.Maps.PinPath = PinDir
 	}
 
-	if m, err := ebpf.LoadPinnedMap(OTelTracesMapPin, nil); err == nil {
-		// Read the OTel eBPF Instrumentation's span map in place of the
-		// empty stand-in; load fails clearly if its layout differs.
-		collOpts.MapReplacements = map[string]*ebpf.Map{bpf.SamplerMapTracesCtxV1: m}
-		if err := spec.Variables[bpf.SamplerVarOtelMap].Set(uint8(1)); err != nil {
-			return nil, fmt.Errorf("set otel_map: %w", err)
-		}
+	if m, err := useOTelMap(spec, collOpts, opts.OTelMapPin, opts.Logger); err != nil {
+		return nil, err
+	} else if m != nil {
 		defer m.Close()
-		opts.Logger.Info("reading trace context from the OTel instrumentation map", "pin", OTelTracesMapPin)
 	}
 
 	s := &Sampler{

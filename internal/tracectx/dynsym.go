@@ -21,13 +21,20 @@ const sym64Size = 24 // sizeof(Elf64_Sym)
 
 // readDynsym reads .dynsym; elf.ErrNoSymbols when the file has none or
 // is not a 64-bit file (the only kind the symbols are looked up in).
-func readDynsym(f *elf.File) (*dynsym, error) {
+func readDynsym(f *elf.File) (*dynsym, error) { return readSymbols(f, elf.SHT_DYNSYM) }
+
+// readSymtab reads .symtab the same way: a statically linked executable
+// (musl-gcc -static) has no .dynsym, and its linker resolved every TLS
+// access to local-exec, so the symbol's value is all a reader needs.
+func readSymtab(f *elf.File) (*dynsym, error) { return readSymbols(f, elf.SHT_SYMTAB) }
+
+func readSymbols(f *elf.File, typ elf.SectionType) (*dynsym, error) {
 	if f.Class != elf.ELFCLASS64 {
 		return nil, elf.ErrNoSymbols
 	}
 	var s *elf.Section
 	for _, sec := range f.Sections {
-		if sec.Type == elf.SHT_DYNSYM {
+		if sec.Type == typ {
 			s = sec
 			break
 		}

@@ -146,16 +146,36 @@ func FindThreadContext(openPath string) (*TLSVar, error) {
 
 func findThreadContext(f *elf.File, path string) (*TLSVar, error) {
 	ds, err := readDynsym(f)
+	if errors.Is(err, elf.ErrNoSymbols) {
+		return staticThreadContext(f, path)
+	}
 	if err != nil {
-		if errors.Is(err, elf.ErrNoSymbols) {
-			return nil, fmt.Errorf("find %s in %s: %w", ThreadContextSymbol, path, ErrNotFound)
-		}
 		return nil, fmt.Errorf("read .dynsym of %s: %w", path, err)
 	}
 	return threadContextIn(f, ds, path)
 }
 
-// threadContextIn is findThreadContext on a .dynsym already read.
+// staticThreadContext looks the variable up in .symtab of a file without
+// .dynsym: only a statically linked executable (musl-gcc -static; glibc's
+// static binaries too) can be read this way, as the main program, and only
+// while not stripped.
+func staticThreadContext(f *elf.File, path string) (*TLSVar, error) {
+	if f.Type != elf.ET_EXEC {
+		return nil, fmt.Errorf("find %s in %s: %w", ThreadContextSymbol, path, ErrNotFound)
+	}
+	st, err := readSymtab(f)
+	if errors.Is(err, elf.ErrNoSymbols) {
+		return nil, fmt.Errorf("find %s in %s (static, no .symtab): %w", ThreadContextSymbol, path, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read .symtab of %s: %w", path, err)
+	}
+	return threadContextIn(f, st, path)
+}
+
+// threadContextIn is findThreadContext on a symbol table already read:
+// .dynsym, or .symtab of a static executable (whose relocation sections,
+// if any, never link to .dynsym, so none is taken for a slot).
 func threadContextIn(f *elf.File, ds *dynsym, path string) (*TLSVar, error) {
 	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
 		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", ThreadContextSymbol, path, f.Class, f.Machine, ErrNotFound)

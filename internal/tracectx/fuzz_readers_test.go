@@ -115,10 +115,11 @@ func FuzzLoadProcessContext(f *testing.F) {
 		return b
 	}
 	payload := []byte{0x0a, 0x0c, 0x0a, 0x0a, 0x0a, 0x03, 'k', 'e', 'y', 0x12, 0x03, 0x0a, 0x01, 'v'}
-	f.Add(append(hdr(procCtxVersion, uint32(len(payload)), 1, 0x10020), payload...))
-	f.Add(hdr(procCtxVersion, 1<<31, 1, 0x10020))         // lying payload size
-	f.Add(hdr(procCtxVersion, 16, 1, 0xffffffffffffff00)) // pointer nowhere
-	f.Add(hdr(procCtxVersion, 16, 0, 0x10020))            // forever mid-update
+	f.Add(append(hdr(2, uint32(len(payload)), 1, 0x10020), payload...))
+	f.Add(append(hdr(1, uint32(len(payload)), 1, 0x10020), payload...)) // version 1: a bare Resource
+	f.Add(hdr(2, 1<<31, 1, 0x10020))                                    // lying payload size
+	f.Add(hdr(2, 16, 1, 0xffffffffffffff00))                            // pointer nowhere
+	f.Add(hdr(2, 16, 0, 0x10020))                                       // forever mid-update
 	f.Fuzz(func(t *testing.T, data []byte) {
 		mem := memAt{base: 0x10000, data: data}
 		maps := []mapping{{start: 0x10000, end: 0x10000 + uint64(max(len(data), procCtxHeaderSize)), path: "/memfd:OTEL_CTX (deleted)"}}

@@ -44,8 +44,12 @@ type Location struct {
 	// Offset: from the thread pointer (StaticTP) or from the module's TLS
 	// block (DTV).
 	Offset int64
-	// ModuleID is the glibc TLS module id (DTV only), >= 1.
+	// ModuleID is the TLS module id (DTV only), >= 1.
 	ModuleID uint64
+	// Musl: the process runs on musl, whose DTV (DTV only) is an array of
+	// block pointers with the slot count in dtv[0], where glibc's has
+	// 16-byte entries and the count in dtv[-1].
+	Musl bool
 }
 
 // glibc x86-64 layout used by the DTV walk (sysdeps/x86_64/nptl/tls.h):
@@ -164,6 +168,9 @@ func (l Location) Address(mem io.ReaderAt, fsbase uint64) (uint64, error) {
 	case LocationStaticTP:
 		return fsbase + uint64(l.Offset), nil
 	case LocationDTV:
+		if l.Musl {
+			return l.muslAddress(mem, fsbase)
+		}
 		dtvp, err := readU64(mem, fsbase+tcbDTVOffset)
 		if err != nil {
 			return 0, fmt.Errorf("read dtv pointer: %w", err)
@@ -185,6 +192,38 @@ func (l Location) Address(mem io.ReaderAt, fsbase uint64) (uint64, error) {
 		return block + uint64(l.Offset), nil
 	}
 	return 0, fmt.Errorf("address of %s: location %v", ThreadContextSymbol, l.Kind)
+}
+
+// musl's struct pthread starts {self, dtv} on x86-64 (TLS below the
+// thread pointer), so its dtv pointer is where glibc's is; dtv[0] counts
+// the modules and dtv[i] is module i's block (DTP_OFFSET is 0 on x86-64),
+// set for every thread, old ones included, when a module is dlopen'ed
+// (ldso/dynlink.c install_new_tls).
+const muslDTVEntrySize = 8
+
+func (l Location) muslAddress(mem io.ReaderAt, fsbase uint64) (uint64, error) {
+	if runtime.GOARCH != "amd64" {
+		return 0, fmt.Errorf("address of %s: musl dynamic TLS is read on x86-64 only", ThreadContextSymbol)
+	}
+	dtvp, err := readU64(mem, fsbase+tcbDTVOffset)
+	if err != nil {
+		return 0, fmt.Errorf("read dtv pointer: %w", err)
+	}
+	slots, err := readU64(mem, dtvp)
+	if err != nil {
+		return 0, fmt.Errorf("read dtv length: %w", err)
+	}
+	if l.ModuleID > slots {
+		return 0, fmt.Errorf("dtv has %d slots, module %d: %w", slots, l.ModuleID, ErrNoTLSBlock)
+	}
+	block, err := readU64(mem, dtvp+l.ModuleID*muslDTVEntrySize)
+	if err != nil {
+		return 0, fmt.Errorf("read dtv[%d]: %w", l.ModuleID, err)
+	}
+	if block == 0 {
+		return 0, fmt.Errorf("dtv[%d] = 0: %w", l.ModuleID, ErrNoTLSBlock)
+	}
+	return block + uint64(l.Offset), nil
 }
 
 // ReadThreadContext reads and decodes the thread context of the thread whose

@@ -18,6 +18,9 @@ const fixtureDir = "../../testdata/tracectx"
 // fixturesMissing says why the C fixtures are not built ("" when they are).
 var fixturesMissing string
 
+// muslMissing says why the musl fixtures are not built ("" when they are).
+var muslMissing string
+
 // TestMain builds the C fixtures once: `go test ./...` works on a clean
 // checkout with gcc and clang-19 installed.
 func TestMain(m *testing.M) {
@@ -30,6 +33,15 @@ func TestMain(m *testing.M) {
 		cmd := exec.Command("make", "-s", "-C", fixtureDir)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build fixtures: %v\n%s", err, out)
+			os.Exit(1)
+		}
+	}
+	if _, err := exec.LookPath("musl-gcc"); err != nil {
+		muslMissing = "musl-gcc not installed (Debian package musl-tools)"
+	} else if fixturesMissing == "" {
+		cmd := exec.Command("make", "-s", "-C", fixtureDir, "musl")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build musl fixtures: %v\n%s", err, out)
 			os.Exit(1)
 		}
 	}

@@ -8,18 +8,25 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // OTEP 4719 process context header: {char signature[8]; u32 version;
-// u32 payload_size; u64 published_at_ns; u64 payload_ptr}.
+// u32 payload_size; u64 monotonic_published_at_ns; u64 payload_ptr}.
+// Version 2 (as merged) carries a ProcessContext{resource, attributes}
+// payload; version 1, the development format some writers still publish,
+// the same header with a bare Resource.
 const (
 	procCtxSignature  = "OTEL_CTX"
-	procCtxVersion    = 2
 	procCtxHeaderSize = 32
+	// procCtxRetryWait spaces the reads of a context being updated: a
+	// writer's update is a few stores, so a millisecond sees it done.
+	procCtxRetryWait = time.Millisecond
 	// MaxProcessContextPayload bounds what the reader copies from a process.
 	MaxProcessContextPayload = 1 << 20
 	procCtxRetries           = 4
@@ -31,6 +38,11 @@ const (
 	SchemaVersionKey   = "threadlocal.schema_version"
 	AttributeKeyMapKey = "threadlocal.attribute_key_map"
 )
+
+// SchemaVersions are the threadlocal.schema_version values whose records
+// this package reads: the layout of the SPEC's record table. A process
+// context without one is read as that layout too.
+var SchemaVersions = []string{"tlsdesc_v1_dev"}
 
 // Errors of the process-context reader.
 var (
@@ -44,8 +56,11 @@ var (
 
 // ProcessContext is a decoded OTEP 4719 payload.
 type ProcessContext struct {
-	// PublishedAtNs is the header's published_at_ns (CLOCK_REALTIME).
+	// PublishedAtNs is the header's monotonic_published_at_ns
+	// (CLOCK_BOOTTIME in version 2; only its changes mean anything).
 	PublishedAtNs uint64
+	// Version is the header's version, 1 or 2.
+	Version uint32
 	// Resource holds ProcessContext.resource.attributes; non-string values
 	// are rendered as text.
 	Resource map[string]string
@@ -53,6 +68,19 @@ type ProcessContext struct {
 	Extra map[string]string
 	// AttributeKeyMap names thread-context attribute keys by index.
 	AttributeKeyMap []string
+}
+
+// KeyMap returns the attribute key map when the process context's
+// threadlocal.schema_version is one this package reads (or absent), and an
+// error otherwise: another record layout's key bytes may mean something
+// else, so none is named then (the ids are read all the same).
+func (pc *ProcessContext) KeyMap() ([]string, error) {
+	v, ok := pc.Extra[SchemaVersionKey]
+	if ok && !slices.Contains(SchemaVersions, v) {
+		return nil, fmt.Errorf("read process context: %s %q not supported (want one of %q): thread attributes not exported",
+			SchemaVersionKey, v, SchemaVersions)
+	}
+	return pc.AttributeKeyMap, nil
 }
 
 // ReadProcessContext returns the resource attributes a process published
@@ -108,15 +136,19 @@ func loadProcessContext(mem io.ReaderAt, maps []mapping) (*ProcessContext, error
 
 func readProcessContextAt(mem io.ReaderAt, addr uint64) (*ProcessContext, error) {
 	var hdr [procCtxHeaderSize]byte
-	for range procCtxRetries {
+	for i := range procCtxRetries {
+		if i > 0 {
+			time.Sleep(procCtxRetryWait)
+		}
 		if _, err := mem.ReadAt(hdr[:], int64(addr)); err != nil {
 			return nil, fmt.Errorf("read process context header at %#x: %w", addr, err)
 		}
 		if string(hdr[0:8]) != procCtxSignature {
 			return nil, fmt.Errorf("process context at %#x: bad signature: %w", addr, ErrNoProcessContext)
 		}
-		if v := binary.NativeEndian.Uint32(hdr[8:12]); v != procCtxVersion {
-			return nil, fmt.Errorf("process context at %#x: version %d not supported: %w", addr, v, ErrNoProcessContext)
+		version := binary.NativeEndian.Uint32(hdr[8:12])
+		if version != 1 && version != 2 {
+			return nil, fmt.Errorf("process context at %#x: version %d not supported (1, 2): %w", addr, version, ErrNoProcessContext)
 		}
 		size := binary.NativeEndian.Uint32(hdr[12:16])
 		published := binary.NativeEndian.Uint64(hdr[16:24])
@@ -138,14 +170,26 @@ func readProcessContextAt(mem io.ReaderAt, addr uint64) (*ProcessContext, error)
 		if binary.NativeEndian.Uint64(again[:]) != published {
 			continue
 		}
-		pc, err := DecodeProcessContext(payload)
+		decode := DecodeProcessContext
+		if version == 1 {
+			decode = DecodeResource
+		}
+		pc, err := decode(payload)
 		if err != nil {
 			return nil, err
 		}
-		pc.PublishedAtNs = published
+		pc.PublishedAtNs, pc.Version = published, version
 		return pc, nil
 	}
 	return nil, fmt.Errorf("process context at %#x: %w", addr, ErrProcessContextBusy)
+}
+
+// DecodeResource decodes the payload of a version 1 process context, a
+// bare opentelemetry.proto.resource.v1.Resource { repeated KeyValue
+// attributes = 1; ... }; it carries no thread-context key map.
+func DecodeResource(b []byte) (*ProcessContext, error) {
+	// A ProcessContext whose field 1 is this Resource.
+	return DecodeProcessContext(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), b))
 }
 
 // DecodeProcessContext decodes a ProcessContext protobuf:

@@ -121,6 +121,9 @@ func header(version, size uint32, published, ptr uint64) []byte {
 func TestLoadProcessContext(t *testing.T) {
 	const hdrAt, payloadAt = 0x7f0000000000, 0x5500000000
 	payload := processContextPayload()
+	// Version 1's payload: the Resource alone, as field 1 of the
+	// ProcessContext holds it.
+	resourcePayload := pbBytes(1, keyValue("service.name", anyString("api")))
 	maps := []mapping{
 		{start: 0x1000, end: 0x2000, path: "/usr/bin/x"},
 		{start: hdrAt, end: hdrAt + 4096, path: "/memfd:OTEL_CTX (deleted)"},
@@ -137,7 +140,10 @@ func TestLoadProcessContext(t *testing.T) {
 			maps: []mapping{{start: hdrAt, end: hdrAt + 4096, path: "[anon:OTEL_CTX]"}}},
 		{name: "no mapping", hdr: header(2, uint32(len(payload)), 1234, payloadAt),
 			maps: maps[:1], wantErr: ErrNoProcessContext},
-		{name: "version 1", hdr: header(1, uint32(len(payload)), 1234, payloadAt), wantErr: ErrNoProcessContext},
+		{name: "version 1: a bare Resource", hdr: header(1, uint32(len(resourcePayload)), 1234, payloadAt+0x10000)},
+		{name: "version 3", hdr: header(3, uint32(len(payload)), 1234, payloadAt), wantErr: ErrNoProcessContext},
+		{name: "anon_shmem name", hdr: header(2, uint32(len(payload)), 1234, payloadAt),
+			maps: []mapping{{start: hdrAt, end: hdrAt + 4096, path: "[anon_shmem:OTEL_CTX]"}}},
 		{name: "bad signature", hdr: append([]byte("OTEL_CTY"), header(2, 1, 1, payloadAt)[8:]...), wantErr: ErrNoProcessContext},
 		{name: "always updating", hdr: header(2, uint32(len(payload)), 0, payloadAt), wantErr: ErrProcessContextBusy},
 		{name: "huge payload", hdr: header(2, MaxProcessContextPayload+1, 1, payloadAt), wantErr: ErrBadPayload},
@@ -159,7 +165,7 @@ func TestLoadProcessContext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mem := &fakeMem{regions: map[uint64][]byte{hdrAt: tt.hdr, payloadAt: payload}, onRead: tt.onRead}
+			mem := &fakeMem{regions: map[uint64][]byte{hdrAt: tt.hdr, payloadAt: payload, payloadAt + 0x10000: resourcePayload}, onRead: tt.onRead}
 			m := maps
 			if tt.maps != nil {
 				m = tt.maps
@@ -168,8 +174,8 @@ func TestLoadProcessContext(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err %v, want %v", err, tt.wantErr)
 			}
-			if err == nil && pc.Resource["service.name"] != "api" {
-				t.Errorf("resource %v", pc.Resource)
+			if err == nil && (pc.Resource["service.name"] != "api" || pc.Version != binary.NativeEndian.Uint32(tt.hdr[8:])) {
+				t.Errorf("resource %v version %d", pc.Resource, pc.Version)
 			}
 		})
 	}

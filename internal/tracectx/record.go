@@ -11,6 +11,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Record layout of the OTel thread context, fixed by the SPEC.
@@ -78,17 +80,72 @@ func ReadRecord(b []byte) (Context, error) {
 	if len(b) < RecordHeaderSize+size {
 		return c, fmt.Errorf("read record: attrs_data_size %d, have %d: %w", size, len(b)-RecordHeaderSize, ErrShortRecord)
 	}
-	attrs := b[RecordHeaderSize : RecordHeaderSize+size]
-	for len(attrs) > 0 {
-		if len(attrs) < 2 || len(attrs) < 2+int(attrs[1]) {
-			return c, fmt.Errorf("read record: attribute at %d overruns attrs_data_size %d: %w",
-				size-len(attrs), size, ErrBadAttrs)
-		}
-		n := int(attrs[1])
-		c.Attrs = append(c.Attrs, Attr{Key: attrs[0], Value: string(attrs[2 : 2+n])})
-		attrs = attrs[2+n:]
+	attrs, err := ParseAttrs(b[RecordHeaderSize : RecordHeaderSize+size])
+	if err != nil {
+		return c, fmt.Errorf("read record: %w", err)
 	}
+	c.Attrs = attrs
 	return c, nil
+}
+
+// ParseAttrs decodes a record's attributes, {key u8, len u8, value[len]}...,
+// as many as b holds (attrs_data_size bytes, at most 612). An attribute
+// running past the end is ErrBadAttrs, and none of b is returned then: a
+// torn record says nothing reliable.
+func ParseAttrs(b []byte) ([]Attr, error) {
+	if len(b) > RecordMaxAttrs {
+		return nil, fmt.Errorf("parse attributes: %d bytes > %d: %w", len(b), RecordMaxAttrs, ErrBadAttrs)
+	}
+	var out []Attr
+	for at := 0; at < len(b); {
+		if len(b)-at < 2 || len(b)-at < 2+int(b[at+1]) {
+			return nil, fmt.Errorf("parse attributes: attribute at %d overruns attrs_data_size %d: %w", at, len(b), ErrBadAttrs)
+		}
+		n := int(b[at+1])
+		out = append(out, Attr{Key: b[at], Value: string(b[at+2 : at+2+n])})
+		at += 2 + n
+	}
+	return out, nil
+}
+
+// NamedAttr is a record attribute under its name from the process
+// context's threadlocal.attribute_key_map.
+type NamedAttr struct{ Key, Value string }
+
+// ResolveAttrs decodes raw attributes (ParseAttrs) and names their keys
+// with keyMap. For a key given twice the last entry wins, as a writer
+// appends an update of a key it already set. Keys beyond keyMap cannot be
+// named and are left out; unnamed counts them (all of them for a process
+// without a key map). The result is sorted by name.
+func ResolveAttrs(raw []byte, keyMap []string) (named []NamedAttr, unnamed int, err error) {
+	attrs, err := ParseAttrs(raw)
+	if err != nil {
+		return nil, 0, err
+	}
+	var last [256]int16 // 1 + index into attrs of the key's last entry
+	for i, a := range attrs {
+		last[a.Key] = int16(i + 1)
+	}
+	for i, a := range attrs {
+		if int(last[a.Key]) != i+1 {
+			continue
+		}
+		if int(a.Key) >= len(keyMap) || keyMap[a.Key] == "" {
+			unnamed++
+			continue
+		}
+		named = append(named, NamedAttr{Key: keyMap[a.Key], Value: a.Value})
+	}
+	slices.SortStableFunc(named, func(x, y NamedAttr) int { return strings.Compare(x.Key, y.Key) })
+	// Two key bytes the map gives one name: the later entry wins too.
+	out := named[:0]
+	for i, a := range named {
+		if i+1 < len(named) && named[i+1].Key == a.Key {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, unnamed, nil
 }
 
 // EncodeRecord is the inverse of ReadRecord, for tests and fakes that stand

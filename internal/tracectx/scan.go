@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,8 +38,11 @@ type ProcessInfo struct {
 	Hooks []Hook
 	// Resource is the OTEP 4719 process context's resource (nil if none).
 	Resource map[string]string
-	// AttributeKeyMap names the thread-context attribute keys by index.
+	// AttributeKeyMap names the thread-context attribute keys by index;
+	// nil when the process publishes none or a schema version not read.
 	AttributeKeyMap []string
+	// SchemaVersion is the process context's threadlocal.schema_version.
+	SchemaVersion string
 	// ServiceName: process context service.name, else OTEL_SERVICE_NAME,
 	// else service.name in OTEL_RESOURCE_ATTRIBUTES; "" when none.
 	ServiceName string
@@ -80,7 +84,8 @@ type fileKey struct {
 // results of looking the two contract symbols up.
 type fileScan struct {
 	progs   []*elf.Prog
-	noSyms  bool // no .dynsym: nothing to look up
+	interp  string // PT_INTERP
+	noSyms  bool   // no .dynsym: nothing to look up
 	hook    uint64
 	hookErr error
 	v       *TLSVar
@@ -106,6 +111,11 @@ func (s *Scanner) Scan(pid int) (*ProcessInfo, error) {
 	case err == nil:
 		info.Resource, info.AttributeKeyMap = pc.Resource, pc.AttributeKeyMap
 		info.ServiceName = pc.Resource["service.name"]
+		info.SchemaVersion = pc.Extra[SchemaVersionKey]
+		var err error
+		if info.AttributeKeyMap, err = pc.KeyMap(); err != nil {
+			info.Errors = append(info.Errors, err)
+		}
 	case !errors.Is(err, ErrNoProcessContext):
 		info.Errors = append(info.Errors, err)
 	}
@@ -131,7 +141,9 @@ func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, info *Pr
 	exeDev, exeIno, exeErr := statExe(pid)
 	seen := map[string]bool{}
 	var mods []module
+	musl := false
 	for _, m := range maps {
+		musl = musl || isMuslLibc(m.path)
 		if m.inode == 0 || !strings.HasPrefix(m.path, "/") || strings.HasPrefix(m.path, "/memfd:") {
 			continue
 		}
@@ -150,6 +162,8 @@ func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, info *Pr
 			continue // not the segment that starts the file; a later mapping is
 		}
 		seen[key] = true
+		isMain := exeErr == nil && m.inode == exeIno && m.dev == exeDev
+		musl = musl || isMain && strings.Contains(fs.interp, "ld-musl-")
 		if fs.noSyms {
 			continue
 		}
@@ -164,10 +178,16 @@ func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, info *Pr
 			}
 			continue
 		}
-		mods = append(mods, module{m: m, path: m.path, bias: bias, v: fs.v,
-			main: exeErr == nil && m.inode == exeIno && m.dev == exeDev})
+		mods = append(mods, module{m: m, path: m.path, bias: bias, v: fs.v, main: isMain})
 	}
 	loc, path, err := locate(mem, mods)
+	loc.Musl = musl && loc.Kind == LocationDTV
+	if loc.Musl && runtime.GOARCH != "amd64" {
+		// musl keeps its dtv pointer elsewhere on TLS-above-TP machines;
+		// not read rather than read wrong.
+		info.Errors = append(info.Errors, fmt.Errorf("locate %s in %s: musl dynamic TLS is read on x86-64 only", ThreadContextSymbol, path))
+		loc = Location{}
+	}
 	if err != nil {
 		info.Errors = append(info.Errors, err)
 	}
@@ -195,11 +215,14 @@ func (s *Scanner) file(pid int, m mapping) (*fileScan, error) {
 		return nil, err
 	}
 	defer f.Close()
-	fs := &fileScan{progs: f.Progs}
+	fs := &fileScan{progs: f.Progs, interp: interpOf(f)}
 	ds, err := readDynsym(f)
 	switch {
 	case errors.Is(err, elf.ErrNoSymbols):
-		fs.noSyms = true
+		// A static executable: its .symtab may still name the variable.
+		fs.hookErr = fmt.Errorf("find %s in %s (no .dynsym): %w", HookSymbol, m.path, ErrNotFound)
+		fs.v, fs.vErr = staticThreadContext(f, m.path)
+		fs.noSyms = fs.vErr != nil && errors.Is(fs.vErr, ErrNotFound)
 	case err != nil:
 		// Not remembered: the read may work next time.
 		fs.hookErr = fmt.Errorf("read .dynsym of %s: %w", m.path, err)
@@ -291,6 +314,29 @@ func loadBias(progs []*elf.Prog, m mapping) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// isMuslLibc reports whether a mapped file is musl's libc, which is also
+// its dynamic loader: /lib/ld-musl-ARCH.so.1 (its PT_INTERP name),
+// libc.musl-ARCH.so.1, or Debian's /usr/lib/ARCH-linux-musl/libc.so that
+// the loader's name links to.
+func isMuslLibc(path string) bool {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	return strings.HasPrefix(base, "ld-musl-") || strings.HasPrefix(base, "libc.musl-") ||
+		strings.Contains(path, "-linux-musl/")
+}
+
+// interpOf returns f's PT_INTERP, "" without one.
+func interpOf(f *elf.File) string {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, err := io.ReadAll(io.LimitReader(p.Open(), 4096))
+			if err == nil {
+				return strings.TrimRight(string(b), "\x00")
+			}
+		}
+	}
+	return ""
 }
 
 func statExe(pid int) (dev string, ino uint64, err error) {

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestScanProbe runs each tlsprobe variant, scans it, and checks that the
@@ -24,6 +27,7 @@ func TestScanProbe(t *testing.T) {
 		env    []string
 		module string // defining module, base name
 		kind   LocationKind
+		musl   bool
 	}{
 		{name: "exe gcc pie", bin: "tlsprobe-exe-gcc", module: "tlsprobe-exe-gcc", kind: LocationStaticTP},
 		{name: "exe clang pie", bin: "tlsprobe-exe-clang", module: "tlsprobe-exe-clang", kind: LocationStaticTP},
@@ -33,10 +37,20 @@ func TestScanProbe(t *testing.T) {
 		{name: "DT_NEEDED library gcc", bin: "tlsprobe-lib", module: "libprobe.so", kind: LocationStaticTP},
 		{name: "DT_NEEDED library clang", bin: "tlsprobe-lib-clang", module: "libprobe-clang.so", kind: LocationStaticTP},
 		{name: "dlopen static surplus", bin: "tlsprobe-dlopen", lib: "libprobe.so", module: "libprobe.so", kind: LocationStaticTP},
+		// The SDK's TLSDESC access in a library built with the
+		// traditional dialect.
+		{name: "DT_NEEDED library, traditional dialect", bin: "tlsprobe-lib-trad", module: "libprobe-trad.so", kind: LocationStaticTP},
+		{name: "dlopen, traditional dialect, clang", bin: "tlsprobe-dlopen", lib: "libprobe-trad-clang.so", module: "libprobe-trad-clang.so", kind: LocationStaticTP},
 		{
 			name: "dlopen dynamic TLS", bin: "tlsprobe-dlopen", lib: "libprobe.so", module: "libprobe.so", kind: LocationDTV,
 			env: []string{"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=0"},
 		},
+		// musl: no .dynsym in a static binary; static TLS for DT_NEEDED
+		// libraries; always dynamic TLS, through musl's own DTV, for
+		// dlopen.
+		{name: "musl static", bin: "tlsprobe-musl-static", module: "tlsprobe-musl-static", kind: LocationStaticTP, musl: true},
+		{name: "musl DT_NEEDED library", bin: "tlsprobe-musl-lib", module: "libprobe-musl.so", kind: LocationStaticTP, musl: true},
+		{name: "musl dlopen", bin: "tlsprobe-musl-dlopen", lib: "libprobe-musl.so", module: "libprobe-musl.so", kind: LocationDTV, musl: true},
 	}
 	// One Scanner for all processes, as the agent has: what it remembers
 	// of libc, ld.so and the libraries shared by the probes must give
@@ -44,6 +58,9 @@ func TestScanProbe(t *testing.T) {
 	sc := NewScanner(64)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.musl && muslMissing != "" {
+				t.Skip(muslMissing)
+			}
 			var args []string
 			if tt.lib != "" {
 				args = append(args, fixture(t, tt.lib))
@@ -67,7 +84,7 @@ func TestScanProbe(t *testing.T) {
 			for _, e := range info.Errors {
 				t.Errorf("scan problem: %v", e)
 			}
-			if info.ThreadContext.Kind != tt.kind {
+			if info.ThreadContext.Kind != tt.kind || info.ThreadContext.Musl != (tt.musl && tt.kind == LocationDTV) {
 				t.Fatalf("location %+v, want kind %v", info.ThreadContext, tt.kind)
 			}
 			if got := filepath.Base(info.ThreadContextModule); got != tt.module {
@@ -105,6 +122,19 @@ func TestScanProbe(t *testing.T) {
 			}
 			if !slices.Equal(info.AttributeKeyMap, []string{"probe.attr"}) {
 				t.Errorf("attribute key map %v", info.AttributeKeyMap)
+			}
+			// The SDK publishes version 2 with a CLOCK_BOOTTIME stamp
+			// taken before the probe said it was ready.
+			pc, err := LoadProcessContext(pid)
+			var boot unix.Timespec
+			if err == nil {
+				err = unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now := uint64(boot.Nano()); pc.Version != 2 || pc.PublishedAtNs == 0 || pc.PublishedAtNs > now || now-pc.PublishedAtNs > uint64(time.Minute) {
+				t.Errorf("process context version %d published at %d ns of CLOCK_BOOTTIME, now %d", pc.Version, pc.PublishedAtNs, now)
 			}
 			if len(info.Hooks) != 0 {
 				t.Errorf("hooks %+v, want none", info.Hooks)

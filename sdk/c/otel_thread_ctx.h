@@ -39,10 +39,12 @@
  *     lld) or -rdynamic. Code in the executable accesses the variable with the
  *     local-exec model (fs:-N, fixed at link time); the agent computes the
  *     offset from PT_TLS.
- *   - Shared library: build with -fPIC -mtls-dialect=gnu2 so accesses use
- *     TLSDESC (one indirect call that returns the TP offset; cheaper than
- *     __tls_get_addr). Visibility is "default", so the symbol is in .dynsym
- *     without flags. glibc gives libraries loaded at start-up static TLS;
+ *   - Shared library: accesses to otel_thread_ctx_v1 use TLSDESC (one
+ *     indirect call that returns the TP offset; cheaper than __tls_get_addr)
+ *     on x86-64 whatever the compiler's -mtls-dialect (see
+ *     otel_thread_ctx_slot_); -mtls-dialect=gnu2 makes the writer's own
+ *     state use it too. Visibility is "default", so the symbol is in
+ *     .dynsym without flags. glibc gives libraries loaded at start-up static TLS;
  *     dlopen'ed ones get static TLS from the surplus when it has room, else
  *     dynamic TLS reached through the DTV. The agent handles all three (see
  *     docs/thread-context.md).
@@ -74,7 +76,7 @@
  * maps a "OTEL_CTX" memfd (fallback: an anonymous mapping named with
  * PR_SET_VMA_ANON_NAME) holding
  *   {char signature[8]="OTEL_CTX"; u32 version=2; u32 payload_size;
- *    u64 published_at_ns (CLOCK_REALTIME); u64 payload_ptr}
+ *    u64 monotonic_published_at_ns (CLOCK_BOOTTIME); u64 payload_ptr}
  * and a protobuf opentelemetry.proto.common.v1.ProcessContext payload:
  *   ProcessContext { Resource resource = 1; repeated KeyValue extra_attributes = 2; }
  *   Resource { repeated KeyValue attributes = 1; }
@@ -140,10 +142,43 @@ otel_thread_ctx_state *otel_thread_ctx_state_alloc(void);
 void spanprof_set_trace_context(const uint8_t *trace_id16, const uint8_t *span_id8);
 #endif
 
+/* otel_thread_ctx_slot_ returns this thread's &otel_thread_ctx_v1. In
+ * shared-library code on x86-64 it does so through a TLS descriptor
+ * whatever -mtls-dialect the library is built with (gcc 12 and clang 19
+ * default to the traditional dialect, a __tls_get_addr call per access and
+ * a DTPMOD64 slot): the OTEP's TLSDESC dialect, whose relocation readers
+ * resolve to a static offset when the library got static TLS. The linker
+ * relaxes it in executables. The descriptor function may clobber only
+ * %rax and the flags, but it is called from inline assembly, so the red
+ * zone below the stack pointer is stepped over and the stack aligned
+ * first. OTEL_THREAD_CTX_COMPILER_TLS leaves the access to the compiler. */
+#if defined(__x86_64__) && defined(__PIC__) && !defined(__PIE__) && !defined(OTEL_THREAD_CTX_COMPILER_TLS)
+static inline void **otel_thread_ctx_slot_(void)
+{
+	void **p;
+	__asm__ volatile("mov %%rsp, %%r11\n\t"
+			 "sub $128, %%rsp\n\t"
+			 "and $-16, %%rsp\n\t"
+			 "push %%r11\n\t"
+			 "sub $8, %%rsp\n\t"
+			 "lea otel_thread_ctx_v1@tlsdesc(%%rip), %%rax\n\t"
+			 "call *otel_thread_ctx_v1@tlscall(%%rax)\n\t"
+			 "add $8, %%rsp\n\t"
+			 "pop %%rsp\n\t"
+			 "add %%fs:0, %%rax"
+			 : "=a"(p)
+			 :
+			 : "r11", "cc", "memory");
+	return p;
+}
+#else
+static inline void **otel_thread_ctx_slot_(void) { return &otel_thread_ctx_v1; }
+#endif
+
 static inline void otel_thread_ctx_publish_(void *rec)
 {
 	/* Release: the record's bytes are visible before the pointer is. */
-	__atomic_store_n(&otel_thread_ctx_v1, rec, __ATOMIC_RELEASE);
+	__atomic_store_n(otel_thread_ctx_slot_(), rec, __ATOMIC_RELEASE);
 #ifdef OTEL_THREAD_CTX_CALL_SPANPROF_HOOK
 	if (rec) {
 		otel_thread_ctx_record *r = (otel_thread_ctx_record *)rec;
@@ -154,11 +189,28 @@ static inline void otel_thread_ctx_publish_(void *rec)
 #endif
 }
 
-/* Enters a span on this thread: publishes a record with the ids and flags.
- * Returns 0, or -1 when the per-thread state cannot be allocated. */
-static inline int otel_thread_ctx_enter(const uint8_t trace_id[16], const uint8_t span_id[8],
-					uint8_t trace_flags)
+/* One thread-context attribute: key indexes threadlocal.attribute_key_map
+ * of the process context; value is len (<= 255) bytes, not NUL-terminated. */
+typedef struct otel_thread_ctx_attr {
+	uint8_t key;
+	const char *value;
+	size_t len;
+} otel_thread_ctx_attr;
+
+/* Enters a span on this thread and publishes its record with n attributes
+ * at once, so that no sample sees the span without them. Returns 0, or -1
+ * (nothing entered) when the state cannot be allocated, a value is longer
+ * than 255 bytes or the attributes exceed the record's 612 bytes. */
+static inline int otel_thread_ctx_enter_attrs(const uint8_t trace_id[16], const uint8_t span_id[8],
+					      uint8_t trace_flags, const otel_thread_ctx_attr *attrs,
+					      size_t n)
 {
+	size_t used = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (attrs[i].len > 255 || used + 2 + attrs[i].len > OTEL_THREAD_CTX_ATTRS_MAX)
+			return -1;
+		used += 2 + attrs[i].len;
+	}
 	otel_thread_ctx_state *s = otel_thread_ctx_state_v1;
 	if (!s && !(s = otel_thread_ctx_state_alloc()))
 		return -1;
@@ -174,11 +226,26 @@ static inline int otel_thread_ctx_enter(const uint8_t trace_id[16], const uint8_
 	memcpy(r->trace_id, trace_id, 16);
 	memcpy(r->span_id, span_id, 8);
 	r->trace_flags = trace_flags;
-	r->attrs_data_size = 0;
+	used = 0;
+	for (size_t i = 0; i < n; i++) {
+		r->attrs_data[used] = attrs[i].key;
+		r->attrs_data[used + 1] = (uint8_t)attrs[i].len;
+		memcpy(&r->attrs_data[used + 2], attrs[i].value, attrs[i].len);
+		used += 2 + attrs[i].len;
+	}
+	r->attrs_data_size = (uint16_t)used;
 	r->valid = 1;
 	s->active[lvl] = next;
 	otel_thread_ctx_publish_(r);
 	return 0;
+}
+
+/* Enters a span on this thread: publishes a record with the ids and flags.
+ * Returns 0, or -1 when the per-thread state cannot be allocated. */
+static inline int otel_thread_ctx_enter(const uint8_t trace_id[16], const uint8_t span_id[8],
+					uint8_t trace_flags)
+{
+	return otel_thread_ctx_enter_attrs(trace_id, span_id, trace_flags, NULL, 0);
 }
 
 /* Leaves the innermost span: the parent's record is published again, or
@@ -311,7 +378,7 @@ static int otel_thread_ctx_key_ok_;
  * pointer into freed memory. */
 static void otel_thread_ctx_free_(void *p)
 {
-	__atomic_store_n(&otel_thread_ctx_v1, (void *)NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(otel_thread_ctx_slot_(), (void *)NULL, __ATOMIC_RELEASE);
 	otel_thread_ctx_state_v1 = NULL;
 	free(p);
 }
@@ -455,7 +522,7 @@ typedef struct otel_process_ctx_header {
 	char signature[8];
 	uint32_t version;
 	uint32_t payload_size;
-	uint64_t published_at_ns;
+	uint64_t monotonic_published_at_ns; /* 0 while an update is under way */
 	uint64_t payload;
 } otel_process_ctx_header;
 
@@ -466,7 +533,9 @@ static uint8_t *otel_pctx_payload_;
 static uint64_t otel_pctx_now_(uint64_t prev)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
+	/* CLOCK_BOOTTIME, as the merged OTEP has it: readers compare it with
+	 * the value they read before the payload, and it never goes back. */
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	/* Readers detect updates by a change: never 0, never the old value. */
 	return now > prev ? now : prev + 1;
@@ -509,20 +578,20 @@ int otel_process_ctx_publish(const otel_process_ctx_attr *attrs, size_t n_attrs,
 		h->version = 2;
 		h->payload_size = (uint32_t)len;
 		h->payload = (uint64_t)(uintptr_t)payload;
-		h->published_at_ns = otel_pctx_now_(0);
+		h->monotonic_published_at_ns = otel_pctx_now_(0);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		memcpy(h->signature, "OTEL_CTX", 8);
 		otel_pctx_map_ = h;
 		otel_pctx_map_size_ = size;
 	} else {
-		uint64_t prev = h->published_at_ns;
-		__atomic_store_n(&h->published_at_ns, (uint64_t)0, __ATOMIC_SEQ_CST);
+		uint64_t prev = h->monotonic_published_at_ns;
+		__atomic_store_n(&h->monotonic_published_at_ns, (uint64_t)0, __ATOMIC_SEQ_CST);
 		h->payload_size = (uint32_t)len;
 		h->payload = (uint64_t)(uintptr_t)payload;
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		__atomic_store_n(&h->published_at_ns, otel_pctx_now_(prev), __ATOMIC_SEQ_CST);
+		__atomic_store_n(&h->monotonic_published_at_ns, otel_pctx_now_(prev), __ATOMIC_SEQ_CST);
 	}
-	/* Readers that raced see published_at_ns change and retry. */
+	/* Readers that raced see monotonic_published_at_ns change and retry. */
 	free(otel_pctx_payload_);
 	otel_pctx_payload_ = payload;
 	/* Fails on memfd mappings and old kernels; the memfd name suffices then. */

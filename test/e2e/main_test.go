@@ -19,6 +19,8 @@ var (
 	repoRoot string
 	binPath  string
 	fixtures string
+	// muslMissing says why the musl fixtures are not built ("" when they are).
+	muslMissing string
 )
 
 func TestMain(m *testing.M) {
@@ -44,6 +46,12 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	if _, err := exec.LookPath("musl-gcc"); err != nil {
+		muslMissing = "musl-gcc not installed (Debian package musl-tools)"
+	} else if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", "tracectx"), "musl").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build musl fixtures: %v\n%s", err, out)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -66,7 +74,14 @@ func startFixture(t *testing.T, name string, args ...string) *exec.Cmd {
 // "pid PID" on its first line of stdout, and waits for that line.
 func startProgram(t *testing.T, path string, args ...string) *exec.Cmd {
 	t.Helper()
+	return startProgramEnv(t, nil, path, args...)
+}
+
+// startProgramEnv is startProgram with env added to the environment.
+func startProgramEnv(t *testing.T, env []string, path string, args ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

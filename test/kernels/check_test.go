@@ -139,6 +139,15 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	}
 	checkOnCPU(t, label, c, add)
 	checkCorrelation(t, label, c, add, "gcc", "truth-corr", "corr.otlp.json")
+	checkAttributes(t, label, c, add, "gcc", "corr.otlp.json")
+	if c.result("dtvcorrelation", "skipped") != "1" {
+		if c.result("dtvcorrelation", "rc") != "0" {
+			t.Errorf("%s: the dynamic-TLS correlation step failed (rc %q)", label, c.result("dtvcorrelation", "rc"))
+		} else {
+			checkCorrelation(t, label, c, add, "dlopen DTV", "truth-dtv", "dtv.otlp.json")
+			checkAttributes(t, label, c, add, "dlopen DTV", "dtv.otlp.json")
+		}
+	}
 	checkCorrelation(t, label, c, add, "go", "truth-go", "gocorr.otlp.json")
 	checkOffCPU(t, label, c, add)
 	checkExec(t, label, c, add)
@@ -207,6 +216,17 @@ func checkCorrelation(t *testing.T, label string, c *console, add func(string, .
 	}
 	if r.Precision() < 0.999 || r.Recall() < 0.99 {
 		t.Errorf("%s: %s correlation precision %.4f (want ≥ 0.999), recall %.4f (want ≥ 0.99)", label, what, r.Precision(), r.Recall())
+	}
+}
+
+// checkAttributes scores the thread-context attributes of a native
+// workload's recording: its three attributes on every linked sample.
+func checkAttributes(t *testing.T, label string, c *console, add func(string, ...any), what, otlp string) {
+	a := truth.MeasureAttributes(readSamples(t, c, otlp))
+	add("%s attributes on %.2f%% of %d linked samples (right %.2f%%)", what, truth.Pct(a.Present, a.Linked), a.Linked,
+		truth.Pct(a.Right, a.Linked))
+	if truth.Pct(a.Right, a.Linked) < 99.9 || a.Stray > 0 {
+		t.Errorf("%s: %s: attributes right on %d of %d linked samples (want ≥ 99.9%%), on %d unlinked ones", label, what, a.Right, a.Linked, a.Stray)
 	}
 }
 

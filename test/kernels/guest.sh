@@ -99,6 +99,26 @@ correlation() {
 	emit corr.otlp.json "$W/corr.otlp.json"
 }
 
+# Dynamic TLS in the eBPF reader: the workload dlopens its context library
+# after a 512-byte TLS library took glibc's static surplus, so every read
+# walks the thread's DTV. Built for x86-64 only (the libraries are
+# TLSDESC through -mtls-dialect=gnu2).
+dtvcorrelation() {
+	if [ ! -x "$R/workload-dlopen" ]; then
+		result dtvcorrelation skipped=1
+		return
+	fi
+	WL_CTX_LIB="$R/libwlctx.so" WL_TLS_FILL="$R/libtlsfill.so" "$R/workload-dlopen" "$W/truth-dtv" 600 2 >"$W/dtv.out" &
+	w=$!
+	"$R/spanprof" record --pid $w --frequency $CORR_FREQ --duration 4s --output "$W/dtv.otlp.json" 2>"$W/dtv.log"
+	rc=$?
+	kill -TERM $w; wait $w
+	emit dtv.log "$W/dtv.log"
+	result dtvcorrelation rc=$rc
+	emit truth-dtv "$W/truth-dtv"
+	emit dtv.otlp.json "$W/dtv.otlp.json"
+}
+
 # Goroutine-label correlation: the SDK-instrumented Go service, recorded
 # for 4 s; it writes its ground truth on SIGTERM. On arm64 the eBPF
 # program reads g from x28, on x86-64 from the thread pointer.
@@ -201,7 +221,7 @@ agent() {
 }
 
 result start kernel=$(uname -r) arch=$(uname -m) btf=$([ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0)
-for step in ${STEPS:-oncpu correlation gocorrelation offcpu execexit agent}; do
+for step in ${STEPS:-oncpu correlation dtvcorrelation gocorrelation offcpu execexit agent}; do
 	t0=$(now)
 	$step
 	result time step=$step s=$(echo "$t0 $(now)" | awk '{print $2-$1}')

@@ -3,9 +3,11 @@ package kernels
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -15,6 +17,11 @@ var fixtures = map[string][]string{
 	"tracectx": {"workload-gcc"},
 	"offcpu":   {"spans"},
 }
+
+// amd64CtxFixtures are the dynamic-TLS correlation step's (guest.sh
+// dtvcorrelation): TLSDESC libraries, built with -mtls-dialect=gnu2, which
+// is x86-64's.
+var amd64CtxFixtures = []string{"workload-dlopen", "libwlctx.so", "libtlsfill.so"}
 
 // buildPayload builds spanprof, the sink and the Go service without cgo for
 // the architecture, and the fixtures with its toolchain, into one directory
@@ -37,7 +44,11 @@ func buildPayload(root string, a arch) (string, error) {
 			return "", fmt.Errorf("build %s for %s: %v\n%s", name, a.goarch, err, out)
 		}
 	}
-	for sub, names := range fixtures {
+	all := maps.Clone(fixtures)
+	if a.goarch == "amd64" {
+		all["tracectx"] = append(slices.Clone(all["tracectx"]), amd64CtxFixtures...)
+	}
+	for sub, names := range all {
 		args := []string{"-C", filepath.Join(repoRoot, "testdata", sub)}
 		args = append(args, a.fixtureVars...)
 		for _, n := range names {

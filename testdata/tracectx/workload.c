@@ -14,8 +14,10 @@
  * truth.
  *
  * Variants (one source): WL_EXE defines the context in the executable,
- * WL_LIB calls libwlctx.so (TLSDESC), WL_HOOK only calls the exported
- * spanprof_set_trace_context uprobe hook.
+ * WL_LIB calls libwlctx.so (TLSDESC), WL_DLOPEN dlopens it (WL_CTX_LIB,
+ * after WL_TLS_FILL), WL_HOOK only calls the exported
+ * spanprof_set_trace_context uprobe hook. Every span's record carries three
+ * attributes derived from its span id (wl_attrs).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -28,29 +30,106 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The record's three attributes, named by the process context's
+ * threadlocal.attribute_key_map (index = key byte). */
+__attribute__((unused)) static const char *const wl_keys[] = {"http.request.method", "http.route", "enduser.id"};
+#define WL_NKEYS 3
+
 #if defined(WL_EXE)
 #define OTEL_THREAD_CTX_IMPLEMENTATION
 #include "otel_thread_ctx.h"
-static int ctx_enter(const uint8_t *t, const uint8_t *s) { return otel_thread_ctx_enter(t, s, 1); }
+static int ctx_enter(const uint8_t *t, const uint8_t *s, const otel_thread_ctx_attr *a, size_t n)
+{
+	return otel_thread_ctx_enter_attrs(t, s, 1, a, n);
+}
 static void ctx_leave(void) { otel_thread_ctx_leave(); }
-static int ctx_publish(const otel_process_ctx_attr *a, size_t n) { return otel_process_ctx_publish(a, n, NULL, 0); }
-#elif defined(WL_LIB)
+static int ctx_publish(const otel_process_ctx_attr *a, size_t n)
+{
+	return otel_process_ctx_publish(a, n, wl_keys, WL_NKEYS);
+}
+#elif defined(WL_LIB) || defined(WL_DLOPEN)
 #include "otel_thread_ctx.h"
-int wl_enter(const uint8_t *trace_id, const uint8_t *span_id);
+#ifdef WL_LIB
+int wl_enter(const uint8_t *trace_id, const uint8_t *span_id, const otel_thread_ctx_attr *attrs, size_t n);
 void wl_leave(void);
-int wl_publish(const otel_process_ctx_attr *attrs, size_t n);
-static int ctx_enter(const uint8_t *t, const uint8_t *s) { return wl_enter(t, s); }
+int wl_publish(const otel_process_ctx_attr *attrs, size_t n, const char *const *keys, size_t nkeys);
+#else
+/* Resolved from the library named by WL_CTX_LIB, dlopen'ed after start-up
+ * (after the one named by WL_TLS_FILL, which can use up the static TLS
+ * surplus first). */
+#include <dlfcn.h>
+static int (*wl_enter)(const uint8_t *, const uint8_t *, const otel_thread_ctx_attr *, size_t);
+static void (*wl_leave)(void);
+static int (*wl_publish)(const otel_process_ctx_attr *, size_t, const char *const *, size_t);
+static void *wl_dlopen(const char *env, int required)
+{
+	const char *path = getenv(env);
+	if (!path) {
+		if (required) {
+			fprintf(stderr, "%s not set\n", env);
+			exit(2);
+		}
+		return NULL;
+	}
+	void *h = dlopen(path, RTLD_NOW);
+	if (!h) {
+		fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+		exit(1);
+	}
+	return h;
+}
+static void wl_load(void)
+{
+	void *fill = wl_dlopen("WL_TLS_FILL", 0);
+	if (fill) {
+		int (*touch)(void) = (int (*)(void))dlsym(fill, "tls_fill_touch");
+		if (touch)
+			touch();
+	}
+	void *h = wl_dlopen("WL_CTX_LIB", 1);
+	wl_enter = (int (*)(const uint8_t *, const uint8_t *, const otel_thread_ctx_attr *, size_t))dlsym(h, "wl_enter");
+	wl_leave = (void (*)(void))dlsym(h, "wl_leave");
+	wl_publish = (int (*)(const otel_process_ctx_attr *, size_t, const char *const *, size_t))dlsym(h, "wl_publish");
+	if (!wl_enter || !wl_leave || !wl_publish) {
+		fprintf(stderr, "dlsym: %s\n", dlerror());
+		exit(1);
+	}
+}
+#endif
+static int ctx_enter(const uint8_t *t, const uint8_t *s, const otel_thread_ctx_attr *a, size_t n)
+{
+	return wl_enter(t, s, a, n);
+}
 static void ctx_leave(void) { wl_leave(); }
-static int ctx_publish(const otel_process_ctx_attr *a, size_t n) { return wl_publish(a, n); }
+static int ctx_publish(const otel_process_ctx_attr *a, size_t n) { return wl_publish(a, n, wl_keys, WL_NKEYS); }
 #elif defined(WL_HOOK)
 #define OTEL_THREAD_CTX_SPANPROF_HOOK
 #include "otel_thread_ctx.h"
-static int ctx_enter(const uint8_t *t, const uint8_t *s) { spanprof_set_trace_context(t, s); return 0; }
+static int ctx_enter(const uint8_t *t, const uint8_t *s, const otel_thread_ctx_attr *a, size_t n)
+{
+	(void)a;
+	(void)n;
+	spanprof_set_trace_context(t, s);
+	return 0;
+}
 static void ctx_leave(void) { spanprof_set_trace_context(NULL, NULL); }
 static int ctx_publish(const otel_process_ctx_attr *a, size_t n) { (void)a; (void)n; return 0; }
 #else
-#error "define WL_EXE, WL_LIB or WL_HOOK"
+#error "define WL_EXE, WL_LIB, WL_DLOPEN or WL_HOOK"
 #endif
+
+/* wl_attrs fills the span's attributes, a function of its span id that the
+ * tests recompute (test/truth.SpanAttributes): method, route, user. */
+static size_t wl_attrs(const uint8_t *span, char bufs[3][32], otel_thread_ctx_attr *a)
+{
+	const char *method = (span[0] & 1) ? "POST" : "GET";
+	int n1 = snprintf(bufs[1], 32, "/items/%u", span[1] % 16u);
+	int n2 = snprintf(bufs[2], 32, "u%02x%02x", span[2], span[3]);
+	a[0] = (otel_thread_ctx_attr){0, method, strlen(method)};
+	a[1] = (otel_thread_ctx_attr){1, bufs[1], (size_t)n1};
+	a[2] = (otel_thread_ctx_attr){2, bufs[2], (size_t)n2};
+	return 3;
+}
 
 #define MAX_THREADS 8
 #define MAX_SPANS 8192
@@ -122,9 +201,22 @@ static void (*const busy_fns[MAX_THREADS])(uint64_t) = {busy_0, busy_1, busy_2, 
 static const char *const busy_names[MAX_THREADS] = {"busy_0", "busy_1", "busy_2", "busy_3",
 						    "busy_4", "busy_5", "busy_6", "busy_7"};
 
+#ifdef WL_DLOPEN
+/* With WL_DLOPEN_LATE set, the threads start before the library is
+ * dlopen'ed and wait here: their DTVs predate the module (glibc grows a
+ * thread's DTV at its first access; musl installs a new one in every
+ * thread as it loads the module). */
+static pthread_barrier_t wl_loaded;
+static int wl_late;
+#endif
+
 static void *run(void *arg)
 {
 	struct worker *w = (struct worker *)arg;
+#ifdef WL_DLOPEN
+	if (wl_late)
+		pthread_barrier_wait(&wl_loaded);
+#endif
 	w->tid = (long)syscall(SYS_gettid);
 	w->fn = busy_names[w->idx];
 	while (!stop && now_ns(CLOCK_MONOTONIC) < w->deadline && w->n < MAX_SPANS) {
@@ -136,8 +228,11 @@ static void *run(void *arg)
 		uint64_t r = rnd(&w->seed);
 		memcpy(s->span, &r, 8);
 		uint64_t dur = (20 + rnd(&w->seed) % 41) * 1000000ull;
+		char bufs[3][32];
+		otel_thread_ctx_attr attrs[3];
+		size_t na = wl_attrs(s->span, bufs, attrs);
 		s->start = now_ns(CLOCK_REALTIME);
-		if (ctx_enter(s->trace, s->span) != 0) {
+		if (ctx_enter(s->trace, s->span, attrs, na) != 0) {
 			fprintf(stderr, "ctx_enter failed\n");
 			exit(1);
 		}
@@ -178,8 +273,18 @@ int main(int argc, char **argv)
 		{"service.instance.id", "workload-1"},
 		{"deployment.environment.name", "test"},
 	};
+#ifdef WL_DLOPEN
+	wl_late = getenv("WL_DLOPEN_LATE") != NULL;
+	if (wl_late)
+		pthread_barrier_init(&wl_loaded, NULL, (unsigned)nthreads + 1);
+	else
+		wl_load();
+	if (!wl_late && ctx_publish(attrs, 3) != 0)
+		perror("process context");
+#else
 	if (ctx_publish(attrs, 3) != 0)
 		perror("process context");
+#endif
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_signal;
@@ -197,6 +302,14 @@ int main(int argc, char **argv)
 		ws[i].seed = now_ns(CLOCK_REALTIME) ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
 		pthread_create(&th[i], NULL, run, &ws[i]);
 	}
+#ifdef WL_DLOPEN
+	if (wl_late) {
+		wl_load();
+		if (ctx_publish(attrs, 3) != 0)
+			perror("process context");
+		pthread_barrier_wait(&wl_loaded);
+	}
+#endif
 	int total = 0;
 	for (int i = 0; i < nthreads; i++) {
 		pthread_join(th[i], NULL);

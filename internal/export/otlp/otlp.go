@@ -181,6 +181,9 @@ func (b *builder) addSamples(prof pprofile.Profile, groups []profile.Group, offC
 				attrs.Append(b.strAttr(AttrOffCPUReason, g.Reason))
 			}
 		}
+		for _, a := range g.Attrs.All() {
+			attrs.Append(b.strAttr(a.Key, a.Value))
+		}
 	}
 }
 

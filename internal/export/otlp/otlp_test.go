@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -233,5 +234,36 @@ func TestSpansNeverMerged(t *testing.T) {
 			t.Errorf("link index %d reused or empty", s.LinkIndex())
 		}
 		seen[s.LinkIndex()] = true
+	}
+}
+
+// TestContextAttrsExported: the thread context's attributes are sample
+// attributes under their keys, keep samples apart, and read back.
+func TestContextAttrsExported(t *testing.T) {
+	p := exporttest.Small()
+	base := p.Samples[0]
+	p.Samples = nil
+	for _, m := range []string{"GET", "POST", "GET"} {
+		s := base
+		s.Attrs = profile.MakeAttrs([]profile.Attr{{Key: "http.request.method", Value: m}, {Key: "http.route", Value: "/a"}})
+		p.Samples = append(p.Samples, s)
+	}
+	pd := Build(p)
+	samples := pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples()
+	if samples.Len() != 2 {
+		t.Fatalf("got %d samples, want 2 (GET twice, POST)", samples.Len())
+	}
+	back, err := FromProfiles(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range back.Samples {
+		got = append(got, fmt.Sprint(s.Attrs.All()))
+	}
+	want := []string{"[{http.request.method GET} {http.route /a}]", "[{http.request.method GET} {http.route /a}]", "[{http.request.method POST} {http.route /a}]"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("read back %q, want %q", got, want)
 	}
 }

@@ -156,6 +156,12 @@ func (d *reader) addProfile(out *profile.Profile, pid uint32, prof pprofile.Prof
 }
 
 func (d *reader) sampleAttrs(s *profile.Sample, idx pcommon.Int32Slice) {
+	var ctx []profile.Attr // the rest: the thread context's
+	defer func() {
+		slices.SortStableFunc(ctx, func(a, b profile.Attr) int { return strings.Compare(a.Key, b.Key) })
+		ctx = slices.CompactFunc(ctx, func(a, b profile.Attr) bool { return a.Key == b.Key })
+		s.Attrs = profile.MakeAttrs(ctx)
+	}()
 	for _, ai := range idx.All() {
 		if ai <= 0 || int(ai) >= d.dict.AttributeTable().Len() {
 			continue
@@ -173,6 +179,8 @@ func (d *reader) sampleAttrs(s *profile.Sample, idx pcommon.Int32Slice) {
 			s.State = v.AsString()
 		case AttrOffCPUReason:
 			s.Reason = v.AsString()
+		default:
+			ctx = append(ctx, profile.Attr{Key: d.str(kv.KeyStrindex()), Value: v.AsString()})
 		}
 	}
 }

@@ -123,6 +123,9 @@ func labels(p *profile.Profile, g *profile.Group) map[string][]string {
 	if g.Reason != "" {
 		l[LabelOffCPUReason] = []string{g.Reason}
 	}
+	for _, a := range g.Attrs.All() {
+		l[a.Key] = []string{a.Value}
+	}
 	return l
 }
 

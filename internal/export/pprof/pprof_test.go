@@ -215,3 +215,31 @@ func TestNamedByStart(t *testing.T) {
 		}
 	}
 }
+
+// TestContextAttrLabels: the thread context's attributes are labels, and
+// samples differing in them stay apart.
+func TestContextAttrLabels(t *testing.T) {
+	p := exporttest.Small()
+	base := p.Samples[0]
+	p.Samples = nil
+	for _, route := range []string{"/a", "/b", "/a"} {
+		s := base
+		s.Attrs = profile.MakeAttrs([]profile.Attr{{Key: "http.route", Value: route}})
+		p.Samples = append(p.Samples, s)
+	}
+	var buf bytes.Buffer
+	if err := Write(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := gpprof.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int64{}
+	for _, s := range parsed.Sample {
+		count[strings.Join(s.Label["http.route"], ",")] += s.Value[0]
+	}
+	if len(parsed.Sample) != 2 || count["/a"] != 2 || count["/b"] != 1 {
+		t.Errorf("%d samples, counts by route %v; want 2 samples, /a 2, /b 1", len(parsed.Sample), count)
+	}
+}
