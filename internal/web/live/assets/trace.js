@@ -166,11 +166,12 @@
   }
 
   function showWindow(w) {
-    $('window').textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples, ' +
+    const mib = (n) => (n / 1048576).toFixed(0) + ' MiB';
+    $('window').textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples (' + mib(w.bytes) + '), ' +
       w.spans.toLocaleString('en-US') + ' spans, ' + w.traces.toLocaleString('en-US') + ' traces · evicted ' +
-      (w.evicted_samples_size + w.evicted_samples_age).toLocaleString('en-US') + ' samples, ' +
+      (w.evicted_samples_size + w.evicted_samples_bytes + w.evicted_samples_age).toLocaleString('en-US') + ' samples, ' +
       (w.evicted_spans_size + w.evicted_spans_age).toLocaleString('en-US') + ' spans (limits ' +
-      w.max_samples.toLocaleString('en-US') + ' samples, ' + w.max_spans.toLocaleString('en-US') + ' spans, ' +
+      w.max_samples.toLocaleString('en-US') + ' samples, ' + mib(w.max_bytes) + ', ' + w.max_spans.toLocaleString('en-US') + ' spans, ' +
       w.max_age_seconds + ' s)' + (w.rejected ? ' · rejected ' + w.rejected + ' exports' : '');
   }
 
