@@ -14,15 +14,17 @@ import (
 
 // The two-service example (make demo-trace): goservice (OpenTelemetry Go
 // SDK and sdk/go) calls chttp (sdk/c) over HTTP on loopback with a W3C
-// traceparent header; both services' spans and the agent's profiles go
-// to a real OpenTelemetry Collector (test/collector), which forwards
-// traces and profiles to `spanprof serve --otlp-listen`. chttp has no
-// OpenTelemetry SDK: goservice exports its span, with the span id and
-// times chttp reports and service.name c-service.
+// traceparent header; both services export their spans to a real
+// OpenTelemetry Collector (test/collector), goservice over OTLP/gRPC with
+// the Go SDK, chttp over OTLP/HTTP JSON with its own small exporter, and
+// the agent exports its profiles there too; the collector forwards traces
+// and profiles to `spanprof serve --otlp-listen`.
 const forwardConfig = `receivers:
   otlp:
     protocols:
       grpc:
+        endpoint: %s
+      http:
         endpoint: %s
 exporters:
   otlp:
@@ -71,24 +73,27 @@ func TestTwoServicesThroughCollector(t *testing.T) {
 		t.Fatalf("build chttp: %v\n%s", err, out)
 	}
 	col := collectorBin(t, root, dir)
-	serveOTLP, webAddr, colAddr := freePort(t), freePort(t), freePort(t)
+	serveOTLP, webAddr, colAddr, colHTTP := freePort(t), freePort(t), freePort(t), freePort(t)
 	srv := start(t, spanprof, "serve", "--listen", webAddr, "--otlp-listen", serveOTLP)
 	srv.line(t, "spanprof:")
 	cfg := filepath.Join(dir, "collector.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(forwardConfig, colAddr, serveOTLP)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(forwardConfig, colAddr, colHTTP, serveOTLP)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start(t, col, "--config", cfg, "--feature-gates=service.profilesSupport")
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if c, err := net.Dial("tcp", colAddr); err == nil {
 			c.Close()
-			break
+			if c, err := net.Dial("tcp", colHTTP); err == nil {
+				c.Close()
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("collector not listening within 20s")
 		}
 	}
-	c := start(t, chttp)
+	c := startEnv(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + colHTTP}, chttp)
 	cf := c.line(t, "ready")
 	g := start(t, gosvc, "-endpoint", colAddr, "-c-url", "http://127.0.0.1:"+cf[2])
 	gpid := g.line(t, "ready")[1]
@@ -147,7 +152,8 @@ func TestTwoServicesThroughCollector(t *testing.T) {
 		}
 		prev = sb.String()
 	}
-	checkKnownWork(t, webAddr, want)
+	// Per trace: go cpu on, go sleep off, the call's wait, c work on and off.
+	checkKnownWork(t, webAddr, want, 15)
 	for tr := range want {
 		tv, _ := getTrace(t, webAddr, tr)
 		names := map[string]string{}

@@ -49,7 +49,14 @@ type proc struct {
 
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, name, args...)
+}
+
+// startEnv starts name with env added to the test's environment.
+func startEnv(t *testing.T, env []string, name string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -182,7 +189,7 @@ func TestTraceViewKnownWork(t *testing.T) {
 		}
 		prev = sb.String()
 	}
-	checkKnownWork(t, webAddr, want)
+	checkKnownWork(t, webAddr, want, 12)
 }
 
 func sampled(tv live.TraceView, name string) bool {
@@ -255,7 +262,10 @@ func request(t *testing.T, ctx context.Context, g, c *proc, ctr trace.Tracer, id
 	}
 }
 
-func checkKnownWork(t *testing.T, webAddr string, want map[string]map[string]truth) {
+// checkKnownWork compares each span with known work against the trace
+// view (±10 % for figures of at least 50 ms, at least minChecked of them)
+// and bounds every span of the traces by its wall time per thread.
+func checkKnownWork(t *testing.T, webAddr string, want map[string]map[string]truth, minChecked int) {
 	checked := 0
 	for tr, spans := range want {
 		tv, ok := getTrace(t, webAddr, tr)
@@ -266,6 +276,7 @@ func checkKnownWork(t *testing.T, webAddr string, want map[string]map[string]tru
 		got := map[string]live.SpanView{}
 		for _, s := range tv.Spans {
 			got[s.SpanID] = s
+			checkWallBound(t, tr, s)
 		}
 		if root := tv.Spans[0]; root.Name != "handle request" || root.Service != "go-service" {
 			t.Errorf("trace %s: first span %q of %q, want the Go root", tr, root.Name, root.Service)
@@ -297,8 +308,31 @@ func checkKnownWork(t *testing.T, webAddr string, want map[string]map[string]tru
 			}
 		}
 	}
-	if checked < 12 {
-		t.Errorf("checked %d span figures, want 12", checked)
+	if checked < minChecked {
+		t.Errorf("checked %d span figures, want %d", checked, minChecked)
+	}
+}
+
+// checkWallBound fails a span whose time on one thread exceeds its wall
+// time: one thread (or one parked goroutine) cannot be on and off the CPU
+// in a span for longer than the span lasted. The slack is the sampling's
+// own: 10 %, and at least two periods at 199 Hz. The goroutine sampler's
+// waits (tid 0) sum all the span's parked goroutines; with the
+// connection goroutines detached (sdk/go DetachDial) only the span's own
+// is parked in it.
+func checkWallBound(t *testing.T, tr string, s live.SpanView) {
+	t.Helper()
+	t.Logf("span %-16s %-10s wall %7.1f ms: on %7.1f ms, off %7.1f ms, outside its time %6.1f ms in %d samples",
+		s.Name, s.Service, float64(s.WallNs)/1e6, float64(s.OnCPUNs)/1e6, float64(s.OffCPUNs)/1e6, float64(s.OutsideNs)/1e6, s.OutsideSamples)
+	if !s.Exported {
+		return
+	}
+	limit := s.WallNs + max(s.WallNs/10, 2*int64(1e9)/199)
+	for _, th := range s.ByThread {
+		if busy := th.OnCPUNs + th.OffCPUNs; busy > limit {
+			t.Errorf("trace %s span %s %q: thread %d/%d (%s) on %.1f + off %.1f ms, more than the span's wall time %.1f ms",
+				tr, s.SpanID, s.Name, th.PID, th.TID, th.Name, float64(th.OnCPUNs)/1e6, float64(th.OffCPUNs)/1e6, float64(s.WallNs)/1e6)
+		}
 	}
 }
 
