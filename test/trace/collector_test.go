@@ -1,9 +1,11 @@
 package trace
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,8 +99,10 @@ func TestTwoServicesThroughCollector(t *testing.T) {
 	cf := c.line(t, "ready")
 	g := start(t, gosvc, "-endpoint", colAddr, "-c-url", "http://127.0.0.1:"+cf[2])
 	gpid := g.line(t, "ready")[1]
+	metricsAddr := freePort(t)
 	start(t, spanprof, "agent", "--endpoint", colAddr, "--insecure", "--pid", gpid, "--pid", cf[1],
-		"--off-cpu", "--frequency", "199", "--go-wait-frequency", "199", "--report-interval", "1s", "--metrics-listen", "off")
+		"--off-cpu", "--frequency", onCPUHz, "--go-wait-frequency", "199", "--report-interval", "1s", "--metrics-listen", metricsAddr)
+	defer logLosses(t, metricsAddr)
 
 	req := func(goCPU, goSleep, cCPU, cSleep int) (string, map[string]truth) {
 		fmt.Fprintf(g.in, "req %d %d %d %d\n", goCPU, goSleep, cCPU, cSleep)
@@ -185,4 +189,28 @@ func screenshotTrace(t *testing.T, webAddr, trace, path string) {
 		return
 	}
 	t.Logf("trace view screenshot: %s", abs)
+}
+
+// logLosses logs the agent's non-zero counters of lost, dropped, cut or
+// uncovered data: what to read first when a span's figure is off.
+func logLosses(t *testing.T, addr string) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Logf("agent metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "#") || strings.HasSuffix(l, " 0") {
+			continue
+		}
+		for _, w := range []string{"lost", "drop", "uncovered", "fail", "error", "late", "cut", "miss", "go_wait"} {
+			if strings.Contains(l, w) {
+				t.Logf("agent: %s", l)
+				break
+			}
+		}
+	}
 }

@@ -116,6 +116,15 @@ func (f *fixedID) NewIDs(context.Context) (trace.TraceID, trace.SpanID) {
 }
 func (f *fixedID) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return f.next }
 
+// onCPUHz is the agent's on-CPU frequency in these tests. Its period must
+// be well under the kernel's scheduler tick (4 ms at CONFIG_HZ=250): on a
+// loaded machine CPU-bound threads take turns at tick boundaries, and at
+// 199 Hz (a period of 5/4 ticks) which turns catch a sample aliases, so
+// 250 ms of CPU read anywhere from -30 % to +35 % beside two busy loops.
+// At 999 Hz every turn holds about four samples: within ±5 % in the same
+// conditions (docs/ui.md).
+const onCPUHz = "999"
+
 type truth struct {
 	name          string
 	cpuNs, waitNs int64
@@ -137,7 +146,7 @@ func TestTraceViewKnownWork(t *testing.T) {
 	c := start(t, csvc)
 	cpid := c.line(t, "ready")[1]
 	agent := start(t, spanprof, "agent", "--endpoint", otlpAddr, "--insecure", "--pid", gpid, "--pid", cpid,
-		"--off-cpu", "--frequency", "199", "--go-wait-frequency", "199", "--report-interval", "1s", "--metrics-listen", "off")
+		"--off-cpu", "--frequency", onCPUHz, "--go-wait-frequency", "199", "--report-interval", "1s", "--metrics-listen", "off")
 	_ = agent
 
 	ctx := context.Background()
