@@ -141,21 +141,7 @@ func TestTwoServicesThroughCollector(t *testing.T) {
 			first = tr
 		}
 	}
-	prev := ""
-	for i := 0; i < 20; i++ {
-		time.Sleep(1500 * time.Millisecond)
-		var sb strings.Builder
-		for tr := range want {
-			tv, _ := getTrace(t, webAddr, tr)
-			for _, s := range tv.Spans {
-				fmt.Fprintf(&sb, "%s %d %d;", s.SpanID, s.OnCPUNs, s.OffCPUNs)
-			}
-		}
-		if sb.String() == prev {
-			break
-		}
-		prev = sb.String()
-	}
+	settle(t, webAddr, want)
 	// Per trace: go cpu on, go sleep off, the call's wait, c work on and off.
 	checkKnownWork(t, webAddr, want, 15)
 	for tr := range want {
