@@ -1,6 +1,8 @@
 package live
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +67,28 @@ func TestTraceClipsToSpanTime(t *testing.T) {
 	}
 	if l := s.Traces(0); len(l) != 1 || l[0].OnCPUNs != v.OnCPUNs || l[0].OffCPUNs != v.OffCPUNs {
 		t.Errorf("trace list %+v, view on %d off %d", l, v.OnCPUNs, v.OffCPUNs)
+	}
+}
+
+// TestLogEvictions checks that what left the window is logged once, with
+// its reason, and nothing is logged when nothing left.
+func TestLogEvictions(t *testing.T) {
+	var buf strings.Builder
+	s := NewStore(Limits{MaxSamples: 5})
+	r := NewReceiver(s, slog.New(slog.NewTextHandler(&buf, nil)))
+	batch := &profile.Profile{Frequency: 100}
+	for range 4 {
+		batch.Samples = append(batch.Samples, profile.Sample{Value: 1})
+	}
+	s.AddProfile(batch)
+	s.AddProfile(batch) // 8 > 5: the first batch goes
+	st := r.logEvictions(Stats{})
+	if got := buf.String(); !strings.Contains(got, "samples=4") || !strings.Contains(got, "by_count=4") {
+		t.Errorf("log %q, want 4 samples evicted by count", got)
+	}
+	buf.Reset()
+	r.logEvictions(st)
+	if buf.Len() != 0 {
+		t.Errorf("logged %q with nothing evicted", buf.String())
 	}
 }
