@@ -26,10 +26,11 @@ type Limits struct {
 }
 
 // DefaultLimits keep a few minutes of 200 busy processes, or 15 minutes
-// of a smaller host, in a few hundred MiB. A million samples of real
-// stacks (8-24 frames, each batch decoded on its own) held about 770 MiB
-// of heap, so the byte budget is what binds at the default; the count
-// bounds a stream of tiny stacks. docs/ui.md gives the measured RSS.
+// of a smaller host, in a few hundred MiB: an hour's stream from 200
+// processes held serve at 500 MiB RSS (525 peak) with 256 MiB of samples
+// (docs/ui.md). A million samples of real stacks held about 770 MiB of
+// heap, so the byte budget is what binds at the default; the count bounds
+// a stream of tiny stacks.
 var DefaultLimits = Limits{MaxSamples: 1_000_000, MaxBytes: 256 << 20, MaxSpans: 200_000, MaxAge: 15 * time.Minute}
 
 func (l Limits) withDefaults() Limits {
