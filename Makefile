@@ -66,11 +66,14 @@ bench: bench-deps build
 	$(MAKE) -s bench-serve
 
 # serve --otlp-listen under an hour of profiles from 200 processes plus
-# traces, sent at full speed (a few minutes): peak RSS and live heap, failing
-# when memory keeps growing once the window is full (bench/servemem).
+# traces, sent at full speed (about 9 minutes): peak RSS and live heap,
+# failing when memory keeps growing once the window is full
+# (bench/servemem). SERVEMEM_FLAGS="-realtime -log out/servemem.log" takes
+# the whole hour and logs memory every minute.
+SERVEMEM_FLAGS ?=
 bench-serve: build
 	@mkdir -p $(OUT)/bench
-	$(GO) run ./bench/servemem -spanprof $(BIN) -out $(OUT)/bench/results.md
+	$(GO) run ./bench/servemem -spanprof $(BIN) -out $(OUT)/bench/results.md $(SERVEMEM_FLAGS)
 
 # Rebuild the eBPF objects and Go bindings with the pinned clang.
 generate: deps

@@ -9,8 +9,11 @@
 //	go run ./bench/servemem -spanprof bin/spanprof
 //
 // The window's age limit counts receive time, so in a compressed stream
-// only its size limits (--window-samples, --window-spans) bound it; these
-// are what the run shows bounded.
+// only its size limits (--window-samples, --window-bytes, --window-spans)
+// bound it; these are what the run shows bounded. With -realtime the
+// stream takes its own length in wall time (an hour by default), so the
+// age limit and the collector's pacing run as in production; -log gets a
+// line of RSS, heap and window counters every -log-every.
 package main
 
 import (
@@ -52,6 +55,10 @@ type config struct {
 	tracesPerSec      int
 	windowSamples     int
 	windowSpans       int
+	windowBytes       int64
+	realtime          bool
+	logFile           string
+	logEvery          time.Duration
 	growthLimit       float64
 	out               string
 	distinctFunctions int
@@ -67,6 +74,10 @@ func main() {
 	flag.IntVar(&c.tracesPerSec, "traces-per-second", 30, "traces (3 spans each) per second of stream time")
 	flag.IntVar(&c.windowSamples, "window-samples", live.DefaultLimits.MaxSamples, "serve --window-samples")
 	flag.IntVar(&c.windowSpans, "window-spans", live.DefaultLimits.MaxSpans, "serve --window-spans")
+	flag.Int64Var(&c.windowBytes, "window-bytes", live.DefaultLimits.MaxBytes, "serve --window-bytes")
+	flag.BoolVar(&c.realtime, "realtime", false, "send each report when its time comes: the stream takes -stream of wall time")
+	flag.StringVar(&c.logFile, "log", "", "append a line of memory and window counters to this file every -log-every")
+	flag.DurationVar(&c.logEvery, "log-every", time.Minute, "period of the -log lines")
 	flag.Float64Var(&c.growthLimit, "growth-limit", 1.15, "fail when the peak RSS of the stream's second half exceeds the RSS at its middle by this factor")
 	flag.IntVar(&c.distinctFunctions, "functions", 3000, "distinct function names across the processes")
 	flag.StringVar(&c.out, "out", "", "append the result table to this file")
@@ -125,7 +136,8 @@ func run(c config) error {
 		return err
 	}
 	cmd := exec.Command(c.spanprof, "serve", "--listen", webAddr, "--otlp-listen", otlpAddr,
-		"--window-samples", strconv.Itoa(c.windowSamples), "--window-spans", strconv.Itoa(c.windowSpans))
+		"--window-samples", strconv.Itoa(c.windowSamples), "--window-spans", strconv.Itoa(c.windowSpans),
+		"--window-bytes", strconv.FormatInt(c.windowBytes, 10))
 	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
@@ -195,10 +207,20 @@ func run(c config) error {
 		}
 	}
 	t0 := time.Now().Add(-c.stream).Truncate(time.Second)
+	if c.realtime {
+		t0 = time.Now()
+	}
+	if c.logFile != "" {
+		stopLog, err := logEvery(c, m, webAddr)
+		if err != nil {
+			return err
+		}
+		defer stopLog()
+	}
 	steps := int(c.stream / c.interval)
 	perBatch := c.hz * int(c.interval/time.Second)
-	fmt.Printf("serve pid %d: %d processes × %d reports of %d on-CPU + %d off-CPU samples, %d traces/s; window limits %d samples, %d spans\n",
-		m.pid, c.processes, steps, perBatch, perBatch/4, c.tracesPerSec, c.windowSamples, c.windowSpans)
+	fmt.Printf("serve pid %d: %d processes × %d reports of %d on-CPU + %d off-CPU samples, %d traces/s; window limits %d samples, %d MiB, %d spans\n",
+		m.pid, c.processes, steps, perBatch, perBatch/4, c.tracesPerSec, c.windowSamples, c.windowBytes>>20, c.windowSpans)
 	fmt.Printf("%8s %12s %10s %10s %10s %10s %9s %9s\n", "stream", "sent samples", "window", "evicted", "spans", "ev. spans", "RSS MiB", "heap MiB")
 	var rssFull int64 // RSS when the sample window first filled
 	var rssHalf int64 // RSS in the middle of the stream, with a full window
@@ -206,6 +228,9 @@ func run(c config) error {
 	var sent uint64
 	for k := range steps {
 		at := t0.Add(time.Duration(k) * c.interval)
+		if c.realtime {
+			time.Sleep(time.Until(at))
+		}
 		// Traces of this interval: root, a CPU child, a waiting child.
 		td := ptrace.NewTraces()
 		type link struct {
@@ -266,14 +291,14 @@ func run(c config) error {
 			if err := getJSON("http://"+webAddr+"/api/window", &st); err != nil {
 				return err
 			}
-			if rssFull == 0 && st.EvictedSamplesSize > 0 {
+			if rssFull == 0 && st.EvictedSamplesSize+st.EvictedSamplesBytes+st.EvictedSamplesAge > 0 {
 				rssFull = m.rss.Load()
 			}
 			if rssHalf == 0 && k >= steps/2 {
 				rssHalf = m.hwm.Load()
 			}
 			fmt.Printf("%7.0fm %12d %10d %10d %10d %10d %9.0f %9d\n", float64(k+1)*c.interval.Minutes(), sent, st.Samples,
-				st.EvictedSamplesSize+st.EvictedSamplesAge, st.Spans, st.EvictedSpansSize+st.EvictedSpansAge,
+				st.EvictedSamplesSize+st.EvictedSamplesBytes+st.EvictedSamplesAge, st.Spans, st.EvictedSpansSize+st.EvictedSpansAge,
 				float64(m.rss.Load())/1024, m.heapMB.Load())
 		}
 	}
@@ -329,4 +354,43 @@ func getJSON(url string, v any) error {
 		return fmt.Errorf("get %s: %s", url, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// logEvery appends a line of serve's memory and the window's counters to
+// c.logFile every c.logEvery until the returned stop is called.
+func logEvery(c config, m *mem, webAddr string) (func(), error) {
+	f, err := os.OpenFile(c.logFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	fmt.Fprintf(f, "# servemem: %d processes, stream %v, realtime %v, limits %d samples %d MiB %d spans\n",
+		c.processes, c.stream, c.realtime, c.windowSamples, c.windowBytes>>20, c.windowSpans)
+	fmt.Fprintf(f, "%-20s %8s %10s %10s %9s %12s %12s %12s %9s %10s %8s %8s %8s\n", "time", "elapsed", "received", "window", "est MiB",
+		"ev. count", "ev. bytes", "ev. age", "spans", "ev. spans", "RSS MiB", "HWM MiB", "heap MiB")
+	start := time.Now()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(c.logEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var st live.Stats
+			if err := getJSON("http://"+webAddr+"/api/window", &st); err != nil {
+				fmt.Fprintf(f, "# %v\n", err)
+				continue
+			}
+			m.readProc()
+			fmt.Fprintf(f, "%-20s %8s %10d %10d %9.0f %12d %12d %12d %9d %10d %8.0f %8.0f %8d\n", time.Now().UTC().Format(time.DateTime),
+				time.Since(start).Round(time.Second), st.ReceivedSamples, st.Samples, float64(st.Bytes)/(1<<20),
+				st.EvictedSamplesSize, st.EvictedSamplesBytes, st.EvictedSamplesAge, st.Spans, st.EvictedSpansSize+st.EvictedSpansAge,
+				float64(m.rss.Load())/1024, float64(m.hwm.Load())/1024, m.heapMB.Load())
+		}
+	}()
+	return func() { close(done); <-stopped; f.Close() }, nil
 }

@@ -72,6 +72,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		// report; a private one would keep every Go process ever sampled.
 		gw = gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log, Tracker: tracker})
 		opts.GoWait = gw
+		agent.RegisterGoWaitStats(reg, gw.Stats)
 	}
 	a, err := agent.New(cfg, s, opts)
 	if err != nil {

@@ -9,6 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
 
 	"github.com/spanprof/spanprof/internal/web"
 	"github.com/spanprof/spanprof/internal/web/live"
@@ -27,6 +31,12 @@ func liveFlags(fs *flag.FlagSet) *serveLive {
 	fs.StringVar(&l.listen, "otlp-listen", "", "receive OTLP/gRPC profiles and traces on this address (e.g. 127.0.0.1:4317) and serve them live")
 	fs.BoolVar(&l.allowRemote, "otlp-allow-remote", false, "allow --otlp-listen beyond loopback (the receiver has no authentication)")
 	fs.IntVar(&l.limits.MaxSamples, "window-samples", live.DefaultLimits.MaxSamples, "most profile samples the live window keeps (oldest evicted first, counted)")
+	l.limits.MaxBytes = live.DefaultLimits.MaxBytes
+	fs.Func("window-bytes", fmt.Sprintf("heap the live window's samples may hold, e.g. 512MiB (default %s; oldest evicted first, counted)", formatBytes(live.DefaultLimits.MaxBytes)), func(v string) error {
+		n, err := parseBytes(v)
+		l.limits.MaxBytes = n
+		return err
+	})
 	fs.IntVar(&l.limits.MaxSpans, "window-spans", live.DefaultLimits.MaxSpans, "most exported spans the live window keeps")
 	fs.DurationVar(&l.limits.MaxAge, "window-age", live.DefaultLimits.MaxAge, "how long the live window keeps what it received")
 	return l
@@ -40,8 +50,14 @@ func (l *serveLive) serve(ctx context.Context, addr string, files []string, stdo
 			return err
 		}
 	}
-	if l.limits.MaxSamples <= 0 || l.limits.MaxSpans <= 0 || l.limits.MaxAge <= 0 {
-		return errors.New("window limits must be positive: --window-samples, --window-spans, --window-age")
+	if l.limits.MaxSamples <= 0 || l.limits.MaxBytes <= 0 || l.limits.MaxSpans <= 0 || l.limits.MaxAge <= 0 {
+		return errors.New("window limits must be positive: --window-samples, --window-bytes, --window-spans, --window-age")
+	}
+	// The Go heap grows to twice the live heap between collections; a
+	// soft limit a little above the window's budget makes the collector
+	// work harder instead, so RSS follows --window-bytes. GOMEMLIMIT wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit(l.limits.MaxBytes))
 	}
 	store := live.NewStore(l.limits)
 	sources := []web.Source{{Name: "live", Profile: store.Profile}}
@@ -82,4 +98,43 @@ func (l *serveLive) serve(ctx context.Context, addr string, files []string, stdo
 	err = <-errc
 	cancel()
 	return errors.Join(err, <-errc)
+}
+
+// memoryLimit is the soft heap limit for a window of maxBytes: the window,
+// half as much again for the merged profile the flame graph page reads and
+// the requests being decoded, and room for the spans and the runtime.
+func memoryLimit(maxBytes int64) int64 {
+	return maxBytes + maxBytes/2 + 128<<20
+}
+
+var byteUnits = []struct {
+	suffix string
+	n      int64
+}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+// parseBytes reads a size: a number of bytes, or one with a KiB, MiB or
+// GiB suffix.
+func parseBytes(v string) (int64, error) {
+	mult := int64(1)
+	num := v
+	for _, u := range byteUnits {
+		if s, ok := strings.CutSuffix(v, u.suffix); ok {
+			num, mult = s, u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 || n > (1<<50)/mult {
+		return 0, fmt.Errorf("parse size %q: want a positive number of bytes, e.g. 256MiB", v)
+	}
+	return n * mult, nil
+}
+
+func formatBytes(n int64) string {
+	for _, u := range byteUnits {
+		if n >= u.n && n%u.n == 0 {
+			return fmt.Sprintf("%d%s", n/u.n, u.suffix)
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/cli"
 	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/gowait"
 )
 
 // Drop reasons of exported batches, the reason label of
@@ -307,5 +308,31 @@ func registerCorrelatorStats(reg prometheus.Registerer, stats func() correlate.S
 			func(s correlate.Stats) uint64 { return s.ScanErrors }),
 		counter("spanprof_tracectx_hooks_attached_total", "spanprof_set_trace_context uprobes attached.",
 			func(s correlate.Stats) uint64 { return s.HooksAttached }),
+	)
+}
+
+// RegisterGoWaitStats exposes what the goroutine-wait sampler saw and
+// what it could not attribute, so its losses are visible in agent mode as
+// they are in a recording's summary.
+func RegisterGoWaitStats(reg prometheus.Registerer, stats func() gowait.Stats) {
+	counter := func(name, help string, v func(gowait.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(stats())) })
+	}
+	reg.MustRegister(
+		counter("spanprof_go_wait_ticks_total", "Goroutine-wait sampler ticks.",
+			func(s gowait.Stats) uint64 { return s.Ticks }),
+		counter("spanprof_go_wait_samples_total", "Parked goroutines observed.",
+			func(s gowait.Stats) uint64 { return s.Samples }),
+		counter("spanprof_go_wait_held_total", "Observations of late ticks weighted by the whole gap (parked unchanged since the previous tick).",
+			func(s gowait.Stats) uint64 { return s.Held }),
+		counter("spanprof_go_wait_uncovered_ns_total", "Waiting time late ticks could not attribute to goroutines that parked during the gap.",
+			func(s gowait.Stats) uint64 { return s.UncoveredNs }),
+		counter("spanprof_go_wait_dropped_total", "Parked goroutines read but not sampled: torn, changed while read, unreadable, or labels unreadable.",
+			func(s gowait.Stats) uint64 {
+				return s.DroppedInvalid + s.DroppedChanged + s.DroppedUnreadable + s.DroppedLabels
+			}),
+		counter("spanprof_go_wait_tick_errors_total", "Whole-process reads that failed.",
+			func(s gowait.Stats) uint64 { return s.TickErrors }),
 	)
 }

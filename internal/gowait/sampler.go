@@ -75,9 +75,13 @@ type Stats struct {
 	// walk stopped earlier (bytes beyond the copy of the thread's stack,
 	// code without unwind rules); their frames up to there are kept.
 	NativeCallbacks, NativeFrames, NativeCut uint64
-	// UncoveredNs is wall time between late ticks beyond the two-period
-	// cap (a stalled agent, or ticks the ticker dropped): the goroutines
-	// parked meanwhile are under-counted by that much each.
+	// Held counts observations of a late tick (gap over two periods)
+	// weighted by the whole gap: the goroutine was parked unchanged since
+	// the previous tick, so it waited all that time.
+	Held uint64
+	// UncoveredNs is waiting time late ticks (a stalled agent, ticks the
+	// ticker dropped) could not attribute: for each goroutine that
+	// parked during the gap, the gap beyond the two-period cap.
 	UncoveredNs uint64
 }
 
@@ -192,17 +196,19 @@ func (s *Sampler) Run(ctx context.Context) {
 }
 
 // SampleOnce takes one sample of every target at now. Each observation
-// stands for the time since the previous tick (the period at the first),
-// capped at two periods: a late tick then still accounts for the time it
-// covers, and a stalled agent does not inflate one observation.
+// stands for the time since the previous tick (the period at the first).
+// A goroutine parked unchanged since an earlier tick waited all of it,
+// however late this tick is: under load the agent's ticks come late, and
+// capping those waits under-counted a 400 ms sleep by half. One that
+// parked since the previous tick waited part of the gap: it gets at most
+// two periods, and the rest is counted as uncovered, so a stalled agent
+// does not inflate one observation.
 func (s *Sampler) SampleOnce(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	weight := s.period
+	gap := s.period
 	if !s.last.IsZero() {
-		gap := max(now.Sub(s.last), 0)
-		weight = min(gap, 2*s.period)
-		s.stats.UncoveredNs += uint64(gap - weight)
+		gap = max(now.Sub(s.last), 0)
 	}
 	s.last = now
 	s.stats.Ticks++
@@ -218,7 +224,7 @@ func (s *Sampler) SampleOnce(now time.Time) {
 			s.log.Debug("goroutine sampling", "pid", pid, "error", err)
 			continue
 		}
-		s.emit(t, obs, now, weight)
+		s.emit(t, obs, now, gap)
 	}
 }
 
@@ -232,8 +238,9 @@ type aggKey struct {
 	stack  int
 }
 
-func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, weight time.Duration) {
-	// Most waiting goroutines are in no span: count those by a packed
+func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, gap time.Duration) {
+	capped := min(gap, 2*s.period)
+	// Most waiting goroutines are in no span: sum those by a packed
 	// integer key, which hashes much faster than aggKey.
 	unlinked := map[uint64]int64{}
 	linked := map[aggKey]int64{}
@@ -245,30 +252,39 @@ func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, weight tim
 			continue
 		}
 		s.stats.Samples++
+		w := capped
+		if o.held {
+			if gap > capped {
+				s.stats.Held++
+			}
+			w = gap
+		} else {
+			s.stats.UncoveredNs += uint64(gap - capped)
+		}
 		k := aggKey{o.g.link, o.reason, o.g.stack}
 		if o.g.link.IsZero() {
 			packed := uint64(o.g.stack)<<8 | uint64(o.reason)
-			if unlinked[packed] == 0 {
+			if _, ok := unlinked[packed]; !ok {
 				order = append(order, k)
 			}
-			unlinked[packed]++
+			unlinked[packed] += int64(w)
 			continue
 		}
 		s.stats.Linked++
-		if linked[k] == 0 {
+		if _, ok := linked[k]; !ok {
 			order = append(order, k)
 		}
-		linked[k]++
+		linked[k] += int64(w)
 	}
 	for _, k := range order {
-		n := linked[k]
+		ns := linked[k]
 		if k.link.IsZero() {
-			n = unlinked[uint64(k.stack)<<8|uint64(k.reason)]
+			ns = unlinked[uint64(k.stack)<<8|uint64(k.reason)]
 		}
 		s.samples = append(s.samples, profile.Sample{
 			Kind: profile.OffCPU, PID: t.pid, ThreadName: "goroutine",
 			Frames: t.frames[k.stack].frames, Link: k.link, Time: now,
-			Value: n * int64(weight), State: "S", Reason: t.reason(k.reason),
+			Value: ns, State: "S", Reason: t.reason(k.reason),
 		})
 	}
 }

@@ -3,17 +3,40 @@ package gowait
 import (
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/profile"
 )
 
-// TestUncoveredTime checks that the time a late tick cannot account for
-// (beyond two periods) is counted, not lost silently.
-func TestUncoveredTime(t *testing.T) {
-	s := New(Options{Frequency: 100})
+// TestLateTickWeights runs the sampler over a fake process of three parked
+// goroutines and a late tick: the two that stayed parked unchanged are
+// weighted by the whole gap (they waited all of it), the one that ran in
+// between by two periods at most, and the rest of its gap is counted as
+// uncovered, not lost silently.
+func TestLateTickWeights(t *testing.T) {
+	s := New(Options{Frequency: 100}) // 10 ms period
+	m, info := fakeGo(3)
+	s.targets[1] = &targetState{target: newTarget(1, m, info, 0), frames: map[int]*stackFrames{}, mappings: map[uint64]*profile.Mapping{}}
 	t0 := time.Unix(1_700_000_000, 0)
-	s.SampleOnce(t0)
-	s.SampleOnce(t0.Add(15 * time.Millisecond)) // within the cap
-	s.SampleOnce(t0.Add(115 * time.Millisecond))
-	if got, want := s.Stats().UncoveredNs, uint64(80*time.Millisecond); got != want {
-		t.Errorf("UncoveredNs = %d, want %d (a 100 ms gap at 100 Hz keeps 20 ms)", got, want)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	s.SampleOnce(t0)             // first tick: one period each
+	s.SampleOnce(t0.Add(ms(15))) // all held: 15 ms each
+	// Goroutine 2 runs and parks again at the same place.
+	m.find(gBase+0x200+uint64(fakeLayout.G.TrackingSeq), 1)[0]++
+	s.SampleOnce(t0.Add(ms(115))) // 100 ms late: 1 and 3 held, 2 capped at 20 ms
+	var total time.Duration
+	byG := map[bool]time.Duration{} // linked (goroutine 1) or not
+	for _, smp := range s.Drain() {
+		total += time.Duration(smp.Value)
+		byG[!smp.Link.IsZero()] += time.Duration(smp.Value)
+	}
+	if want := ms(10 + 15 + 100); byG[true] != want {
+		t.Errorf("goroutine 1 (parked throughout) weighs %v, want %v", byG[true], want)
+	}
+	if want := 3*ms(10+15) + 2*ms(100) + ms(20); total != want {
+		t.Errorf("all goroutines weigh %v, want %v", total, want)
+	}
+	st := s.Stats()
+	if st.UncoveredNs != uint64(ms(80)) || st.Held != 2 {
+		t.Errorf("UncoveredNs %v, Held %d; want 80ms (goroutine 2's gap beyond two periods) and 2", time.Duration(st.UncoveredNs), st.Held)
 	}
 }

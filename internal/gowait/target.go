@@ -56,10 +56,13 @@ type parkedG struct {
 
 // observed is one waiting goroutine found by a tick, with its
 // g.waitreason (which may change while the stack stays put: a select
-// parks where a receive would).
+// parks where a receive would). held says it was parked at the same place
+// and has not run since an earlier tick read it: it waited through the
+// whole time since the previous tick.
 type observed struct {
 	g      *parkedG
 	reason uint8
+	held   bool
 }
 
 func newTarget(pid uint32, mem Memory, info *tracectx.GoAllGInfo, bias uint64) *target {
@@ -108,7 +111,7 @@ func (t *target) tick(st *Stats) ([]observed, error) {
 		if c != nil && c.addr == gs[i] && c.st.sameStack(g) {
 			t.cache[i] = c
 			st.Cached++
-			out = append(out, observed{g: c, reason: g.reason})
+			out = append(out, observed{g: c, reason: g.reason, held: true})
 			continue
 		}
 		fresh = append(fresh, i)

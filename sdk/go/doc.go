@@ -15,6 +15,10 @@
 // by Start carries them too, so pprof.Do and pprof.SetGoroutineLabels on
 // that context keep the span's identity.
 //
+// Goroutines that outlive the span keep its labels too. A client's
+// connection goroutines are the common case: wrap the dialer of an
+// http.Transport with DetachDial so they carry no span.
+//
 // The labels are ordinary runtime/pprof labels: Go's own CPU profiler sees
 // them as well.
 package spanprof

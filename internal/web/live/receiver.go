@@ -57,18 +57,23 @@ func NewReceiver(store *Store, log *slog.Logger) *Receiver {
 }
 
 // Serve accepts on ln until ctx ends, applying the age limit every second
-// so an idle window ages out too.
+// so an idle window ages out too, and logging once a minute what the
+// window evicted in it.
 func (r *Receiver) Serve(ctx context.Context, ln net.Listener) error {
 	done := make(chan error, 1)
 	go func() { done <- r.srv.Serve(ln) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
+	var logged Stats
+	for n := 1; ; n++ {
 		select {
 		case err := <-done:
 			return fmt.Errorf("serve otlp: %w", err)
 		case <-tick.C:
 			r.store.Evict()
+			if n%60 == 0 {
+				logged = r.logEvictions(logged)
+			}
 		case <-ctx.Done():
 			stopped := make(chan struct{})
 			go func() { r.srv.GracefulStop(); close(stopped) }()
@@ -80,6 +85,21 @@ func (r *Receiver) Serve(ctx context.Context, ln net.Listener) error {
 			return nil
 		}
 	}
+}
+
+// logEvictions logs what left the window since prev, if anything, and
+// returns the current counters.
+func (r *Receiver) logEvictions(prev Stats) Stats {
+	st := r.store.Stats()
+	samples := st.EvictedSamplesSize + st.EvictedSamplesBytes + st.EvictedSamplesAge -
+		(prev.EvictedSamplesSize + prev.EvictedSamplesBytes + prev.EvictedSamplesAge)
+	spans := st.EvictedSpansSize + st.EvictedSpansAge - (prev.EvictedSpansSize + prev.EvictedSpansAge)
+	if samples > 0 || spans > 0 {
+		r.log.Info("live window evicted its oldest data", "samples", samples, "spans", spans,
+			"by_count", st.EvictedSamplesSize-prev.EvictedSamplesSize, "by_bytes", st.EvictedSamplesBytes-prev.EvictedSamplesBytes,
+			"by_age", st.EvictedSamplesAge-prev.EvictedSamplesAge, "window_samples", st.Samples, "window_mib", st.Bytes>>20)
+	}
+	return st
 }
 
 type profilesServer struct {

@@ -16,21 +16,29 @@ import (
 type Limits struct {
 	// MaxSamples is the most profile samples (events) kept.
 	MaxSamples int
+	// MaxBytes bounds the heap the kept samples hold, as batchBytes
+	// estimates it (stacks, strings and indexes included).
+	MaxBytes int64
 	// MaxSpans is the most exported spans kept.
 	MaxSpans int
 	// MaxAge drops batches and spans received longer ago than this.
 	MaxAge time.Duration
 }
 
-// DefaultLimits keep about 15 minutes of a busy host. Measured by
-// bench/servemem (stacks of 8-24 frames, each batch decoded on its own):
-// a full window of a million events holds about 770 MiB of live heap and
-// serve's RSS levels off near 1.6 GiB; --window-samples scales both.
-var DefaultLimits = Limits{MaxSamples: 1_000_000, MaxSpans: 200_000, MaxAge: 15 * time.Minute}
+// DefaultLimits keep a few minutes of 200 busy processes, or 15 minutes
+// of a smaller host, in a few hundred MiB: an hour's stream from 200
+// processes held serve at 500 MiB RSS (525 peak) with 256 MiB of samples
+// (docs/ui.md). A million samples of real stacks held about 770 MiB of
+// heap, so the byte budget is what binds at the default; the count bounds
+// a stream of tiny stacks.
+var DefaultLimits = Limits{MaxSamples: 1_000_000, MaxBytes: 256 << 20, MaxSpans: 200_000, MaxAge: 15 * time.Minute}
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxSamples <= 0 {
 		l.MaxSamples = DefaultLimits.MaxSamples
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultLimits.MaxBytes
 	}
 	if l.MaxSpans <= 0 {
 		l.MaxSpans = DefaultLimits.MaxSpans
@@ -57,6 +65,8 @@ type Span struct {
 type batch struct {
 	received time.Time
 	p        *profile.Profile
+	// bytes is batchBytes, fixed when the batch arrives.
+	bytes int64
 	// byTrace indexes p.Samples by trace id, so a trace view reads only
 	// its own samples.
 	byTrace map[[16]byte][]int32
@@ -76,22 +86,28 @@ type spanKey struct {
 type Stats struct {
 	Batches int `json:"batches"`
 	Samples int `json:"samples"`
-	Spans   int `json:"spans"`
-	Traces  int `json:"traces"`
+	// Bytes is the estimated heap the samples hold (batchBytes).
+	Bytes  int64 `json:"bytes"`
+	Spans  int   `json:"spans"`
+	Traces int   `json:"traces"`
 	// Received counts everything ever accepted.
 	ReceivedBatches uint64 `json:"received_batches"`
 	ReceivedSamples uint64 `json:"received_samples"`
 	ReceivedSpans   uint64 `json:"received_spans"`
 	// Evicted counts what left the window, by limit.
-	EvictedSamplesSize uint64 `json:"evicted_samples_size"`
-	EvictedSamplesAge  uint64 `json:"evicted_samples_age"`
-	EvictedSpansSize   uint64 `json:"evicted_spans_size"`
-	EvictedSpansAge    uint64 `json:"evicted_spans_age"`
+	// EvictedSamplesSize counts samples evicted by the sample count,
+	// EvictedSamplesBytes those evicted by the byte budget.
+	EvictedSamplesSize  uint64 `json:"evicted_samples_size"`
+	EvictedSamplesBytes uint64 `json:"evicted_samples_bytes"`
+	EvictedSamplesAge   uint64 `json:"evicted_samples_age"`
+	EvictedSpansSize    uint64 `json:"evicted_spans_size"`
+	EvictedSpansAge     uint64 `json:"evicted_spans_age"`
 	// Rejected counts export requests that could not be decoded.
 	Rejected uint64 `json:"rejected"`
 	// Version changes whenever the window changes; pages poll it.
 	Version    uint64 `json:"version"`
 	MaxSamples int    `json:"max_samples"`
+	MaxBytes   int64  `json:"max_bytes"`
 	MaxSpans   int    `json:"max_spans"`
 	MaxAgeSec  int64  `json:"max_age_seconds"`
 	// Oldest is the receive time of the oldest data in the window.
@@ -106,6 +122,7 @@ type Store struct {
 	mu      sync.Mutex
 	batches []batch
 	samples int
+	bytes   int64
 	spans   []spanEntry // in receive order
 	index   map[spanKey]int
 	// spanBase is the number of entries removed from the front of spans,
@@ -129,11 +146,13 @@ func (s *Store) AddProfile(p *profile.Profile) {
 			b.byTrace[l.TraceID] = append(b.byTrace[l.TraceID], int32(i))
 		}
 	}
+	b.bytes = batchBytes(&b)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b.received = s.now()
 	s.batches = append(s.batches, b)
 	s.samples += len(p.Samples)
+	s.bytes += b.bytes
 	s.stats.ReceivedBatches++
 	s.stats.ReceivedSamples += uint64(len(p.Samples))
 	s.stats.Version++
@@ -181,14 +200,18 @@ func (s *Store) Evict() {
 func (s *Store) evictLocked() {
 	cutoff := s.now().Add(-s.limits.MaxAge)
 	drop := 0
-	for drop < len(s.batches) && (s.batches[drop].received.Before(cutoff) || s.samples > s.limits.MaxSamples) {
+	for drop < len(s.batches) && (s.batches[drop].received.Before(cutoff) || s.samples > s.limits.MaxSamples || s.bytes > s.limits.MaxBytes) {
 		n := len(s.batches[drop].p.Samples)
-		if s.batches[drop].received.Before(cutoff) {
+		switch {
+		case s.batches[drop].received.Before(cutoff):
 			s.stats.EvictedSamplesAge += uint64(n)
-		} else {
+		case s.samples > s.limits.MaxSamples:
 			s.stats.EvictedSamplesSize += uint64(n)
+		default:
+			s.stats.EvictedSamplesBytes += uint64(n)
 		}
 		s.samples -= n
+		s.bytes -= s.batches[drop].bytes
 		s.batches[drop] = batch{}
 		drop++
 	}
@@ -220,7 +243,7 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Batches, st.Samples, st.Spans = len(s.batches), s.samples, len(s.spans)
+	st.Batches, st.Samples, st.Bytes, st.Spans = len(s.batches), s.samples, s.bytes, len(s.spans)
 	traces := map[[16]byte]bool{}
 	for _, e := range s.spans {
 		traces[e.span.TraceID] = true
@@ -231,7 +254,7 @@ func (s *Store) Stats() Stats {
 		}
 	}
 	st.Traces = len(traces)
-	st.MaxSamples, st.MaxSpans, st.MaxAgeSec = s.limits.MaxSamples, s.limits.MaxSpans, int64(s.limits.MaxAge/time.Second)
+	st.MaxSamples, st.MaxBytes, st.MaxSpans, st.MaxAgeSec = s.limits.MaxSamples, s.limits.MaxBytes, s.limits.MaxSpans, int64(s.limits.MaxAge/time.Second)
 	if len(s.batches) > 0 {
 		st.Oldest = s.batches[0].received
 	}

@@ -29,7 +29,9 @@ type SpanView struct {
 	// Depth is the span's depth under the trace's roots, for indenting.
 	Depth int `json:"depth"`
 
-	// Samples counts profile events linked to the span, on and off CPU.
+	// Samples counts profile events linked to the span, on and off CPU,
+	// that fall in its exported time (all of them for a span no export
+	// carried); the figures below count those.
 	Samples      int   `json:"samples"`
 	OnCPUSamples int   `json:"on_cpu_samples"`
 	OnCPUNs      int64 `json:"on_cpu_ns"`
@@ -47,6 +49,23 @@ type SpanView struct {
 	Threads     []uint32     `json:"threads,omitempty"`
 	FirstSample time.Time    `json:"first_sample,omitzero"`
 	LastSample  time.Time    `json:"last_sample,omitzero"`
+	// ByThread splits the span's time by thread; the goroutine sampler's
+	// waits of parked goroutines are one entry with tid 0.
+	ByThread []ThreadTime `json:"by_thread,omitempty"`
+	// OutsideSamples and OutsideNs count the weight of samples linked to
+	// the span but taken outside its exported start and end: goroutines
+	// or threads that kept the span's context after it ended.
+	OutsideSamples int   `json:"outside_span_samples"`
+	OutsideNs      int64 `json:"outside_span_ns"`
+}
+
+// ThreadTime is a span's time on one thread.
+type ThreadTime struct {
+	PID      uint32 `json:"pid"`
+	TID      uint32 `json:"tid"`
+	Name     string `json:"name,omitempty"`
+	OnCPUNs  int64  `json:"on_cpu_ns"`
+	OffCPUNs int64  `json:"off_cpu_ns"`
 }
 
 // ProcessRef names a sampled process.
@@ -101,7 +120,9 @@ func ParseTraceID(s string) ([16]byte, error) {
 func (s *Store) Trace(id [16]byte) (TraceView, bool) {
 	bs, spans, st := s.snapshot(&id)
 	views := map[[8]byte]*SpanView{}
+	windows := map[[8]byte]spanWindow{}
 	for _, sp := range spans {
+		windows[sp.SpanID] = windowOf(sp)
 		v := &SpanView{SpanID: hex.EncodeToString(sp.SpanID[:]), Exported: true, Name: sp.Name, Service: sp.Service,
 			Kind: sp.Kind, Status: sp.Status, Start: sp.Start, End: sp.End, WallNs: sp.End.Sub(sp.Start).Nanoseconds()}
 		if sp.ParentSpanID != ([8]byte{}) {
@@ -111,6 +132,11 @@ func (s *Store) Trace(id [16]byte) (TraceView, bool) {
 	}
 	procs := map[[8]byte]map[uint32]bool{}
 	threads := map[[8]byte]map[uint32]bool{}
+	type threadKey struct {
+		span     [8]byte
+		pid, tid uint32
+	}
+	byThread := map[threadKey]int{}
 	for _, b := range bs {
 		period := b.p.PeriodNanos()
 		for _, i := range b.byTrace[id] {
@@ -124,7 +150,26 @@ func (s *Store) Trace(id [16]byte) (TraceView, bool) {
 			if procs[smp.Link.SpanID] == nil {
 				procs[smp.Link.SpanID], threads[smp.Link.SpanID] = map[uint32]bool{}, map[uint32]bool{}
 			}
-			addSample(v, smp, period)
+			in, out := windows[smp.Link.SpanID].split(smp, period)
+			if in == 0 && out > 0 {
+				v.OutsideSamples++
+				v.OutsideNs += out
+				continue
+			}
+			v.OutsideNs += out
+			addSample(v, smp, in)
+			tk := threadKey{smp.Link.SpanID, smp.PID, smp.TID}
+			j, ok := byThread[tk]
+			if !ok {
+				j = len(v.ByThread)
+				byThread[tk] = j
+				v.ByThread = append(v.ByThread, ThreadTime{PID: smp.PID, TID: smp.TID, Name: smp.ThreadName})
+			}
+			if smp.Kind == profile.OffCPU {
+				v.ByThread[j].OffCPUNs += in
+			} else {
+				v.ByThread[j].OnCPUNs += in
+			}
 			if !procs[smp.Link.SpanID][smp.PID] {
 				procs[smp.Link.SpanID][smp.PID] = true
 				ref := ProcessRef{PID: smp.PID}
@@ -176,16 +221,18 @@ func (s *Store) Trace(id [16]byte) (TraceView, bool) {
 			tv.End = end
 		}
 		slices.Sort(v.Threads)
+		slices.SortFunc(v.ByThread, func(a, b ThreadTime) int { return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.TID, b.TID)) })
 	}
 	slices.Sort(tv.Services)
 	tv.Spans = order(views)
 	return tv, true
 }
 
-func addSample(v *SpanView, smp *profile.Sample, period int64) {
+// addSample adds a sample whose weight inside the span is ns.
+func addSample(v *SpanView, smp *profile.Sample, ns int64) {
 	v.Samples++
 	if smp.Kind == profile.OffCPU {
-		v.OffCPUNs += smp.Value
+		v.OffCPUNs += ns
 		if v.OffCPUByReason == nil {
 			v.OffCPUByReason, v.OffCPUByState = map[string]int64{}, map[string]int64{}
 		}
@@ -196,18 +243,18 @@ func addSample(v *SpanView, smp *profile.Sample, period int64) {
 		if state == "" {
 			state = "unknown"
 		}
-		v.OffCPUByReason[reason] += smp.Value
-		v.OffCPUByState[state] += smp.Value
+		v.OffCPUByReason[reason] += ns
+		v.OffCPUByState[state] += ns
 	} else {
 		v.OnCPUSamples += int(smp.Value)
-		v.OnCPUNs += smp.Value * period
+		v.OnCPUNs += ns
 	}
 	if !smp.Time.IsZero() {
 		// An off-CPU event's time is when the thread ran again; the
 		// span's first activity is the start of that wait.
 		start := smp.Time
 		if smp.Kind == profile.OffCPU {
-			start = start.Add(-time.Duration(smp.Value))
+			start = start.Add(-time.Duration(ns))
 		}
 		if v.FirstSample.IsZero() || start.Before(v.FirstSample) {
 			v.FirstSample = start

@@ -29,6 +29,10 @@ type TraceSummary struct {
 // (all when limit ≤ 0).
 func (s *Store) Traces(limit int) []TraceSummary {
 	bs, spans, _ := s.snapshot(nil)
+	windows := make(map[spanKey]spanWindow, len(spans))
+	for _, sp := range spans {
+		windows[spanKey{sp.TraceID, sp.SpanID}] = windowOf(sp)
+	}
 	rows := map[[16]byte]*TraceSummary{}
 	ends := map[[16]byte]time.Time{}
 	row := func(id [16]byte) *TraceSummary {
@@ -59,14 +63,19 @@ func (s *Store) Traces(limit int) []TraceSummary {
 			r := row(id)
 			for _, i := range idx {
 				smp := &b.p.Samples[i]
-				if k := (spanKey{id, smp.Link.SpanID}); !sampled[k] {
+				k := spanKey{id, smp.Link.SpanID}
+				in, _ := windows[k].split(smp, period)
+				if in == 0 {
+					continue // outside its span's time: the trace view counts it
+				}
+				if !sampled[k] {
 					sampled[k] = true
 					r.SampledSpans++
 				}
 				if smp.Kind == profile.OffCPU {
-					r.OffCPUNs += smp.Value
+					r.OffCPUNs += in
 				} else {
-					r.OnCPUNs += smp.Value * period
+					r.OnCPUNs += in
 				}
 				if r.Spans == 0 && !smp.Time.IsZero() && (r.Start.IsZero() || smp.Time.Before(r.Start)) {
 					r.Start = smp.Time
@@ -111,9 +120,16 @@ func (n *FlameNode) child(name string) *FlameNode {
 
 // SpanFlame builds the flame graph of one span's samples of kind k, root
 // ("all") first, then the process, then the frames from the entry to the
-// leaf.
+// leaf. Like the trace view, it weighs only what falls in the span's
+// exported time.
 func (s *Store) SpanFlame(trace [16]byte, span [8]byte, k profile.Kind) *FlameNode {
-	bs, _, _ := s.snapshot(&trace)
+	bs, spans, _ := s.snapshot(&trace)
+	var w spanWindow
+	for _, sp := range spans {
+		if sp.SpanID == span {
+			w = windowOf(sp)
+		}
+	}
 	root := &FlameNode{Name: "all"}
 	for _, b := range bs {
 		period := b.p.PeriodNanos()
@@ -122,9 +138,9 @@ func (s *Store) SpanFlame(trace [16]byte, span [8]byte, k profile.Kind) *FlameNo
 			if smp.Link.SpanID != span || smp.Kind != k {
 				continue
 			}
-			v := smp.Value
-			if k == profile.OnCPU {
-				v *= period
+			v, _ := w.split(smp, period)
+			if v == 0 {
+				continue
 			}
 			root.Value += v
 			proc := fmt.Sprintf("pid %d", smp.PID)

@@ -4,11 +4,14 @@
  * publishes it with sdk/c (otel_thread_ctx_enter), burns N ms of thread CPU
  * time, sleeps M ms in nanosleep, leaves the span and answers with it:
  *   SPAN_ID_HEX START_UNIX_NS END_UNIX_NS CPU_NS SLEEP_NS
- * There is no OpenTelemetry SDK for C here: the caller exports this span
- * (with this span id and service c-service) on the C service's behalf.
+ * Before answering it exports the span itself, as OTLP/HTTP JSON to
+ * $OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces (http://HOST:PORT, as the
+ * OpenTelemetry SDKs read it; otlp_export.h), with service.name c-service;
+ * a failed export fails the request, so no span is lost unseen.
  * Prints "ready PID PORT" once listening. Build with -rdynamic. */
 #define OTEL_THREAD_CTX_IMPLEMENTATION
 #include "otel_thread_ctx.h"
+#include "otlp_export.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -65,11 +68,13 @@ static int parse_traceparent(const char *v, uint8_t tid[16], uint8_t psid[8])
 	return unhex(v + 3, tid, 16) || unhex(v + 36, psid, 8) ? -1 : 0;
 }
 
+static struct otlp_exporter exporter;
+
 static void reply(int fd, int code, const char *body)
 {
 	char head[128];
 	int n = snprintf(head, sizeof head, "HTTP/1.0 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n\r\n",
-			 code, code == 200 ? "OK" : "Bad Request", strlen(body));
+			 code, code == 200 ? "OK" : code == 400 ? "Bad Request" : "Internal Server Error", strlen(body));
 	if (write(fd, head, (size_t)n) < 0 || write(fd, body, strlen(body)) < 0)
 		perror("chttp: write");
 }
@@ -104,7 +109,6 @@ static void handle(int fd)
 		reply(fd, 400, "want a W3C traceparent header (version 00)\n");
 		return;
 	}
-	(void)psid; /* the caller knows its own span: it exports ours under it */
 	for (int i = 0; i < 8; i++)
 		sid[i] = (uint8_t)rand();
 	int64_t start = now_ns(CLOCK_REALTIME);
@@ -115,6 +119,18 @@ static void handle(int fd)
 	int64_t slept = c_rest(sleep_ms * 1000000);
 	otel_thread_ctx_leave();
 	int64_t end = now_ns(CLOCK_REALTIME);
+	struct otlp_span sp = {.name = "GET /work", .kind = 2, .start_ns = start, .end_ns = end};
+	memcpy(sp.trace_id, tid, 16);
+	memcpy(sp.span_id, sid, 8);
+	memcpy(sp.parent_span_id, psid, 8);
+	char err[256];
+	if (otlp_export(&exporter, &sp, err, sizeof err)) {
+		fprintf(stderr, "chttp: export span: %s\n", err);
+		char msg[300];
+		snprintf(msg, sizeof msg, "export span: %s\n", err);
+		reply(fd, 500, msg);
+		return;
+	}
 	char body[128];
 	int o = 0;
 	for (int i = 0; i < 8; i++)
@@ -128,6 +144,11 @@ int main(void)
 {
 	otel_process_ctx_attr res[] = {{"service.name", "c-service"}};
 	otel_process_ctx_publish(res, 1, NULL, 0);
+	char err[256];
+	if (otlp_exporter_init(&exporter, getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "c-service", err, sizeof err)) {
+		fprintf(stderr, "chttp: %s\n", err);
+		return 1;
+	}
 	srand((unsigned)now_ns(CLOCK_REALTIME));
 	int ls = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -82,7 +82,11 @@
       const reasons = Object.entries(s.off_cpu_by_reason || {}).sort((a, b) => b[1] - a[1])
         .map(([r, v]) => r + ' ' + ms(v)).join(', ');
       const states = Object.entries(s.off_cpu_by_state || {}).map(([k, v]) => k + ' ' + ms(v)).join(', ');
-      cell(tr, reasons + (states ? ' · ' + states : ''), 'reasons');
+      // Samples that carried the span's ids outside its exported time
+      // (a goroutine that inherited its labels and outlived it) are
+      // left out of its figures and said here.
+      const outside = s.outside_span_ns ? ' · outside the span: ' + ms(s.outside_span_ns) + ' in ' + s.outside_span_samples + ' samples' : '';
+      cell(tr, reasons + (states ? ' · ' + states : '') + outside, 'reasons');
       cell(tr, String(s.samples), 'num');
       const fl = document.createElement('span');
       if (s.samples) {
@@ -166,11 +170,12 @@
   }
 
   function showWindow(w) {
-    $('window').textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples, ' +
+    const mib = (n) => (n / 1048576).toFixed(0) + ' MiB';
+    $('window').textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples (' + mib(w.bytes) + '), ' +
       w.spans.toLocaleString('en-US') + ' spans, ' + w.traces.toLocaleString('en-US') + ' traces · evicted ' +
-      (w.evicted_samples_size + w.evicted_samples_age).toLocaleString('en-US') + ' samples, ' +
+      (w.evicted_samples_size + w.evicted_samples_bytes + w.evicted_samples_age).toLocaleString('en-US') + ' samples, ' +
       (w.evicted_spans_size + w.evicted_spans_age).toLocaleString('en-US') + ' spans (limits ' +
-      w.max_samples.toLocaleString('en-US') + ' samples, ' + w.max_spans.toLocaleString('en-US') + ' spans, ' +
+      w.max_samples.toLocaleString('en-US') + ' samples, ' + mib(w.max_bytes) + ', ' + w.max_spans.toLocaleString('en-US') + ' spans, ' +
       w.max_age_seconds + ' s)' + (w.rejected ? ' · rejected ' + w.rejected + ' exports' : '');
   }
 
