@@ -18,10 +18,27 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
+
+// testPipeline builds cfg's pipeline on src, with parts, as pipeline.Open
+// does on the sampler it loads; log nil discards.
+func testPipeline(t *testing.T, cfg Config, src pipeline.Source, parts pipeline.Parts, log *slog.Logger) *pipeline.Pipeline {
+	t.Helper()
+	pc, err := cfg.Pipeline(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(pc, src, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
 
 // fakeSource stands in for the eBPF sampler.
 type fakeSource struct {
@@ -140,9 +157,9 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	defer tracker.Close()
 	corr := &fakeCorrelator{seen: map[uint32]int{}}
 	reg := prometheus.NewRegistry()
-	a, err := New(testConfig(col.addr), src, Options{
-		Registry: reg, Tracker: tracker, Kernel: noKernel{}, Correlator: corr,
-		Logger: slog.New(slog.DiscardHandler),
+	cfg := testConfig(col.addr)
+	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Tracker: tracker, Kernel: noKernel{}, Correlator: corr}, nil), Options{
+		Registry: reg, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +284,7 @@ func TestAgentAddsQueuedBeforeReport(t *testing.T) {
 	src := newFakeSource()
 	cfg := testConfig("127.0.0.1:1")
 	cfg.MetricsListen = ""
-	a, err := New(cfg, src, Options{Kernel: noKernel{}})
+	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Kernel: noKernel{}}, nil), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +311,7 @@ func TestAgentExecutableFilter(t *testing.T) {
 	cfg.MetricsListen = ""
 	cfg.Processes.Executables = []string{filepath.Base(mustExe(t))}
 	reg := prometheus.NewRegistry()
-	a, err := New(cfg, src, Options{Registry: reg, Kernel: noKernel{}})
+	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Kernel: noKernel{}}, nil), Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spanprof/spanprof/internal/jvm/jvmtest"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
@@ -172,7 +173,7 @@ func TestAgentJVMMethodNames(t *testing.T) {
 	}
 	defer s.Close()
 	reg := prometheus.NewRegistry()
-	a, err := New(cfg, s, Options{Logger: log, Registry: reg, Tracker: tracker})
+	a, err := New(cfg, testPipeline(t, cfg, s, pipeline.Parts{Tracker: tracker}, log), Options{Logger: log, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
