@@ -189,18 +189,10 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 
 func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseRecordFlags(args, stdout, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	if err == nil {
+		err = record(ctx, f, stdout, stderr)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "spanprof record: %v\n", err)
-		return 1
-	}
-	if err := record(ctx, f, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "spanprof record: %v\n", err)
-		return 1
-	}
-	return 0
+	return exitCode("record", err, stderr)
 }
 
 func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error {
