@@ -19,6 +19,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/pipeline"
+	"github.com/spanprof/spanprof/internal/pipeline/pipelinetest"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
@@ -40,35 +41,20 @@ func testPipeline(t *testing.T, cfg Config, src pipeline.Source, parts pipeline.
 	return p
 }
 
-// fakeSource stands in for the eBPF sampler.
+// fakeSource stands in for the eBPF sampler, with counters of every kind.
 type fakeSource struct {
-	records  chan *sampler.Record
-	procs    chan sampler.ProcEvent
-	stopped  atomic.Bool
-	counters map[string]uint64
+	*pipelinetest.Source
+	records chan *sampler.Record
+	procs   chan sampler.ProcEvent
+	stopped *atomic.Bool
 }
 
 func newFakeSource() *fakeSource {
-	return &fakeSource{
-		records: make(chan *sampler.Record, 1024),
-		procs:   make(chan sampler.ProcEvent, 16),
-		counters: map[string]uint64{
-			"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2, "exit_vmas_dropped": 4,
-		},
+	s := pipelinetest.NewSource(1024, 16)
+	s.Counts = map[string]uint64{
+		"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2, "exit_vmas_dropped": 4,
 	}
-}
-
-func (f *fakeSource) Records() <-chan *sampler.Record      { return f.records }
-func (f *fakeSource) ProcEvents() <-chan sampler.ProcEvent { return f.procs }
-func (f *fakeSource) Counters() (map[string]uint64, error) { return f.counters, nil }
-
-// Stop closes the channels once, as the real sampler does when the ring is
-// drained after its programs were detached.
-func (f *fakeSource) Stop() {
-	if f.stopped.CompareAndSwap(false, true) {
-		close(f.records)
-		close(f.procs)
-	}
+	return &fakeSource{Source: s, records: s.Recs, procs: s.Procs, stopped: &s.Stopped}
 }
 
 // noKernel leaves kernel addresses unsymbolized without reading kallsyms.

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/gowait/gowaittest"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
@@ -25,38 +25,6 @@ func goBinary() (string, error) {
 	return p, nil
 }
 
-// startGoService builds and runs testdata/gowait/service, whose
-// goroutines park as soon as it is ready.
-func startGoService(t *testing.T) int {
-	t.Helper()
-	dir, err := filepath.Abs("../../testdata/gowait/service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "service")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = dir
-	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build service fixture: %v: %s", err, out)
-	}
-	cmd := exec.Command(bin, "-duration", "10s")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ready ") {
-		t.Fatalf("fixture first line %q: %v", line, err)
-	}
-	return cmd.Process.Pid
-}
-
 // TestGoWaitSharesTrackerAndSymbolizer: the goroutine-wait sampler reads
 // its targets through the pipeline's tracker and symbolizes with its
 // symbolizer, so that the command's bounds and forgetting cover it: with
@@ -66,7 +34,11 @@ func TestGoWaitSharesTrackerAndSymbolizer(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("reading another process's memory needs root or CAP_SYS_PTRACE")
 	}
-	pid := startGoService(t)
+	cmd, stdin := gowaittest.Start(t, "-duration", "10s")
+	pid := cmd.Process.Pid
+	if _, err := stdin.Write([]byte("go\n")); err != nil { // its spans start
+		t.Fatal(err)
+	}
 	cfg := testConfig(t)
 	cfg.OffCPU = sampler.OffCPUOptions{Enabled: true, Threshold: sampler.DefaultOffCPUThreshold}
 	cfg.GoWaitFrequency = 19
@@ -81,6 +53,7 @@ func TestGoWaitSharesTrackerAndSymbolizer(t *testing.T) {
 	if err := p.GoWait.Add(uint32(pid)); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(200 * time.Millisecond) // the workers park in their spans
 	p.GoWait.SampleOnce(time.Now())
 	if st := p.GoWait.Stats(); st.Waiting == 0 {
 		t.Fatalf("no parked goroutine read: %+v", st)

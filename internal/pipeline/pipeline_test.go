@@ -5,38 +5,17 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/pipeline/pipelinetest"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
-// fakeSource stands in for the eBPF sampler.
-type fakeSource struct {
-	records chan *sampler.Record
-	procs   chan sampler.ProcEvent
-	stopped atomic.Bool
-}
-
-func newFakeSource() *fakeSource {
-	return &fakeSource{records: make(chan *sampler.Record, 64), procs: make(chan sampler.ProcEvent, 16)}
-}
-
-func (f *fakeSource) Records() <-chan *sampler.Record      { return f.records }
-func (f *fakeSource) ProcEvents() <-chan sampler.ProcEvent { return f.procs }
-func (f *fakeSource) Counters() (map[string]uint64, error) { return map[string]uint64{}, nil }
-
-// Stop closes the channels, as the sampler does once the ring is empty.
-func (f *fakeSource) Stop() {
-	if f.stopped.CompareAndSwap(false, true) {
-		close(f.records)
-		close(f.procs)
-	}
-}
+func newFakeSource() *pipelinetest.Source { return pipelinetest.NewSource(64, 16) }
 
 // noKernel leaves kernel addresses unsymbolized without reading kallsyms.
 type noKernel struct{}
@@ -119,13 +98,13 @@ func TestDrainTakesWhatWasQueued(t *testing.T) {
 	}
 	defer p.Close()
 	for range 5 {
-		src.records <- selfRecord(time.Now())
+		src.Recs <- selfRecord(time.Now())
 	}
-	src.procs <- sampler.ProcEvent{PID: 0x7ffffff0, Time: time.Now(), Exit: true}
+	src.Procs <- sampler.ProcEvent{PID: 0x7ffffff0, Time: time.Now(), Exit: true}
 	if !p.Drain(5*time.Second, nil, nil) {
 		t.Fatal("drain timed out on closed channels")
 	}
-	if !src.stopped.Load() {
+	if !src.Stopped.Load() {
 		t.Error("drain did not stop the source")
 	}
 	if n := p.Collector.Stats().Samples; n != 5 {
