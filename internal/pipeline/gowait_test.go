@@ -34,7 +34,7 @@ func TestGoWaitSharesTrackerAndSymbolizer(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("reading another process's memory needs root or CAP_SYS_PTRACE")
 	}
-	cmd, stdin := gowaittest.Start(t, "-duration", "10s")
+	cmd, stdin := gowaittest.Start(t, "-duration", "10s", "-out", filepath.Join(t.TempDir(), "truth"))
 	pid := cmd.Process.Pid
 	if _, err := stdin.Write([]byte("go\n")); err != nil { // its spans start
 		t.Fatal(err)
