@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -72,6 +74,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "spanprof: unknown command %q%s\nRun 'spanprof help' for the commands.\n", args[0], didYouMean(args[0]))
 		return 1
 	}
+}
+
+// exitCode is the exit code of a command that ended with err: 0 for none
+// or help asked for, else 1 with the error on one line of stderr.
+func exitCode(command string, err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "spanprof %s: %v\n", command, err)
+	return 1
 }
 
 func didYouMean(word string) string {

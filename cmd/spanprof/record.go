@@ -14,11 +14,10 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/cli"
-	"github.com/spanprof/spanprof/internal/collect"
-	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/debuginfod"
 	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/gowait"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
@@ -64,6 +63,33 @@ type recordFlags struct {
 	debuginfodWait time.Duration
 	// noJVMPerfmap: do not attach to JVMs for their perf maps (internal/jit).
 	noJVMPerfmap bool
+	// The memory budget (pipeline.Budget), as the agent's configuration
+	// has it.
+	cacheMiB      int
+	dwarfCacheDir string
+	ringMiB       int
+}
+
+// recordCacheMiB bounds the symbol cache of a recording: above the
+// agent's 32 MiB, since a recording symbolizes all its binaries at once
+// at the end, with no report in between to release idle ones.
+const recordCacheMiB = 64
+
+// recordRingMiB is the ring of a recording: twice the agent's, since
+// recordings often run at high frequencies for a short time.
+const recordRingMiB = 8
+
+// pipeline is the configuration of the recording's pipeline.
+func (f *recordFlags) pipeline(log *slog.Logger) pipeline.Config {
+	return pipeline.Config{
+		Frequency: f.frequency, PIDs: f.pids, Logger: log,
+		OffCPU:          sampler.OffCPUOptions{Enabled: f.offCPU, Threshold: f.offCPUThreshold},
+		GoWaitFrequency: f.goWaitFrequency,
+		Symbolization: pipeline.Symbolization{Mode: f.symbolize, DebugDirs: f.debugDirs,
+			DebuginfodURLs: debuginfod.URLsFromEnv(), NoJVMPerfmap: f.noJVMPerfmap},
+		Budget: pipeline.Budget{CacheMiB: f.cacheMiB, DWARFSpillDir: f.dwarfCacheDir, RingMiB: f.ringMiB,
+			GCPercent: pipeline.DefaultGCPercent},
+	}
 }
 
 // stringList is a repeatable string flag.
@@ -99,6 +125,9 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	mode := fs.String("symbolize", "", "none: addresses and build IDs for a backend to symbolize; local: binaries and debug directories, offline; full: also debuginfod (DEBUGINFOD_URLS) (default full when DEBUGINFOD_URLS is set, else local)")
 	fs.Var(&f.debugDirs, "debug-dir", "directory of separate debug files (.build-id/xx/rest.debug, debuglink targets); repeatable, /usr/lib/debug is always searched")
 	fs.BoolVar(&f.noJVMPerfmap, "no-jvm-perfmap", false, "do not ask running JVMs (HotSpot attach, Compiler.perfmap) to write /tmp/perf-PID.map; Java frames then stay addresses unless the JVM writes the map itself")
+	fs.IntVar(&f.cacheMiB, "symbol-cache-mib", recordCacheMiB, "bound, in MiB, of the parsed binaries kept for symbolization (symbol tables, Go pclntabs, DWARF unit tables); the least recently used go first")
+	fs.StringVar(&f.dwarfCacheDir, "dwarf-cache-dir", pipeline.DefaultDWARFSpillDir(), "keep compressed DWARF of debug files decompressed in `DIR` (up to 256 MiB), read back instead of inflated again; empty keeps none")
+	fs.IntVar(&f.ringMiB, "ring-mib", recordRingMiB, "size in MiB of the ring buffer the kernel writes samples into: a power of two from 2 to 1024 (losses when it is full are counted)")
 	cli.DurationVar(fs, &f.debuginfodWait, "debuginfod-wait", 5*time.Second, "when debuginfod is used, how long to wait at the end for debug files being fetched")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: spanprof record [--pid N]... [--duration 10s] [--frequency 99] [--off-cpu] [--output FILE|-] [--format F] [-- CMD ARGS...]\n\n"+
@@ -128,6 +157,12 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	if f.goWaitFrequency < 0 || f.goWaitFrequency > 1000 {
 		return nil, fmt.Errorf("--go-wait-frequency %d out of range 0..1000", f.goWaitFrequency)
 	}
+	if f.cacheMiB < 1 {
+		return nil, fmt.Errorf("--symbol-cache-mib %d: want at least 1", f.cacheMiB)
+	}
+	if r := f.ringMiB; r < 2 || r&(r-1) != 0 || r > 1024 {
+		return nil, fmt.Errorf("--ring-mib %d: want a power of two from 2 to 1024", r)
+	}
 	if f.duration <= 0 {
 		return nil, fmt.Errorf("--duration must be positive, got %v", f.duration)
 	}
@@ -154,18 +189,10 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 
 func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseRecordFlags(args, stdout, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	if err == nil {
+		err = record(ctx, f, stdout, stderr)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "spanprof record: %v\n", err)
-		return 1
-	}
-	if err := record(ctx, f, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "spanprof record: %v\n", err)
-		return 1
-	}
-	return 0
+	return exitCode("record", err, stderr)
 }
 
 func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error {
@@ -189,49 +216,24 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		defer cmd.Kill()
 		f.pids = []int{cmd.Pid()}
 	}
-	tracker := proc.NewTracker("/proc", log)
-	defer tracker.Close()
-	s, err := sampler.New(sampler.Options{
-		Frequency: f.frequency, PIDs: f.pids, Logger: log,
-		OffCPU: sampler.OffCPUOptions{Enabled: f.offCPU, Threshold: f.offCPUThreshold},
-		// Read an exec'd image at once from the reader: a short-lived
-		// process is gone by the time its samples are handled.
-		OnExec:           tracker.Exec,
-		OnExit:           tracker.ExitAt,
-		NewProcessWindow: newProcessWindow(),
-	})
+	pcfg := f.pipeline(log)
+	pipeline.ApplyRuntime(pcfg.Budget, os.LookupEnv, log)
+	p, err := pipeline.Open(pcfg)
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	watch := correlate.New(s, correlate.GoLabels(), log)
-	sym, err := newSymbolization(f, log, stderr)
-	if err != nil {
-		return err
+	defer p.Close()
+	sym := &symbolization{Symbols: p.Symbols, wait: f.debuginfodWait}
+	if sym.Mode == symbolize.ModeFull && sym.Debuginfod == nil {
+		fmt.Fprintln(stderr, "spanprof: --symbolize=full without DEBUGINFOD_URLS: using local debug files only")
 	}
-	c := newCollector(f.frequency, log, tracker, watch, sym, s)
-	stopJIT := sym.jit.Start()
+	c, tracker := p.Collector, p.Tracker
+	stopJIT := sym.JIT.Start()
 	defer stopJIT()
-	// Targets named on the command line are inspected before the first
-	// sample, so their first samples already carry span ids.
-	for _, pid := range f.pids {
-		if err := watch.Scan(uint32(pid)); err != nil {
-			log.Warn("inspect process for trace context", "pid", pid, "error", err)
-		}
-	}
-	// Go off-CPU: parked goroutines, sampled from outside (gowait).
-	var goWait *goWaitRun
-	if f.offCPU {
-		goWait = startGoWait(f.goWaitFrequency, f.pids, log)
-	}
-	stopWatch := make(chan struct{})
-	defer close(stopWatch)
-	go watch.Run(stopWatch)
-	if err := s.Start(); err != nil {
+	if err := p.Start(ctx); err != nil {
 		return err
 	}
-	go s.Run()
-	dropRecordCapabilities(f.output != "", sym.jit.JVMs != nil, log)
+	dropRecordCapabilities(f.output != "", sym.JIT.JVMs != nil, log)
 
 	target := "all processes"
 	if len(f.pids) > 0 {
@@ -271,7 +273,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 
 	alive := time.NewTicker(250 * time.Millisecond)
 	defer alive.Stop()
-	records, procs := s.Records(), s.ProcEvents()
+	records, procs := p.Source.Records(), p.Source.ProcEvents()
 loop:
 	for {
 		select {
@@ -279,21 +281,13 @@ loop:
 			if !ok {
 				break loop // the reader ended; what it read is kept
 			}
-			watch.Seen(r.PID, 2*time.Second)
-			sym.jit.Seen(r.PID)
-			c.Add(r)
+			p.Add(r)
 			nrec++
 		case e, ok := <-procs:
 			if !ok {
 				break loop
 			}
-			if e.Exit {
-				watch.Exit(e.PID)
-			} else {
-				watch.Exec(e.PID)
-				watch.Seen(e.PID, 0)
-			}
-			c.ProcEvent(e)
+			p.ProcEvent(e)
 		case <-timeout:
 			break loop
 		case <-cmdDone:
@@ -324,24 +318,21 @@ loop:
 			cmd.Kill()
 		}
 	}
-	s.Stop()
-	// Take everything the kernel wrote before the programs were detached:
-	// the sampler closes both channels once the ring is empty. The timeout
-	// only guards against a reader that never ends.
-	if !sampler.Drain(records, procs, 10*time.Second, c.Add, c.ProcEvent) {
+	// Take everything the kernel wrote before the programs were detached.
+	if !p.Drain(10*time.Second, nil, nil) {
 		log.Warn("ring buffer not drained after 10s; writing what was read")
 	}
-	counters, err := s.Counters()
+	counters, err := p.Source.Counters()
 	if err != nil {
 		log.Warn("read counters", "error", err)
 	}
 	sym.prepare(ctx, c, stderr)
-	sym.jit.Final()
+	sym.JIT.Final()
 	prof := c.Build(end)
-	reportJIT(sym.jit, log, stderr)
+	reportJIT(sym.JIT, log, stderr)
 	sym.report(log)
 	prof.Lost = lostCounts(counters)
-	goWait.merge(prof)
+	mergeGoWait(p, prof)
 	sym.reportUnnamed(stderr, profile.CountUnnamed(prof), len(debuginfod.URLsFromEnv()) > 0)
 	if n := totalLost(prof.Lost); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)
@@ -392,36 +383,6 @@ loop:
 	n := len(prof.Samples)
 	fmt.Fprintf(stderr, "spanprof: wrote %d %s to %s\n", n, plural(n, "sample", "samples"), outputName(f.output))
 	return nil
-}
-
-// newProcessWindow is the stack window the kernel copies for a process
-// the collector has not sized one for yet: the widest, where the collector
-// sizes windows (collect.SizesWindows), so that the first stacks of a
-// process through a large frameless frame (vfprintf's) are not cut.
-func newProcessWindow() uint32 {
-	if collect.SizesWindows {
-		return sampler.WindowMax
-	}
-	return 0
-}
-
-func newCollector(freq int, log *slog.Logger, tracker *proc.Tracker, watch *correlate.Watcher, sym *symbolization, s *sampler.Sampler) *collect.Collector {
-	opts := collect.Options{Frequency: freq, Logger: log, Tracker: tracker,
-		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps, StackWindow: s.SetStackWindow}
-	opts.Resource = func(pid uint32) (string, map[string]string) {
-		info, _ := watch.Info(pid)
-		return info.ServiceName, info.Resource
-	}
-	opts.ContextKeys = func(pid uint32) []string {
-		info, _ := watch.Info(pid)
-		return info.AttributeKeys
-	}
-	if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
-		log.Warn("kernel frames stay unsymbolized", "error", err)
-	} else {
-		opts.Kernel = k
-	}
-	return collect.New(opts)
 }
 
 func anyAlive(pids []int) bool {

@@ -1,54 +1,22 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"time"
-
-	"github.com/spanprof/spanprof/internal/gowait"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/profile"
 )
 
-// goWaitRun samples the parked goroutines of Go targets during a
-// recording with --off-cpu: their waits park goroutines, not threads, so
-// sched_switch never sees them (internal/gowait, docs/go-offcpu.md).
-type goWaitRun struct {
-	s      *gowait.Sampler
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// startGoWait starts sampling the given pids, or every Go process when
-// pids is empty; nil when freq is 0.
-func startGoWait(freq int, pids []int, log *slog.Logger) *goWaitRun {
-	if freq <= 0 {
-		return nil
-	}
-	s := gowait.New(gowait.Options{Frequency: freq, Logger: log})
-	for _, pid := range pids {
-		if err := s.Add(uint32(pid)); err != nil {
-			log.Debug("no goroutine sampling", "pid", pid, "error", err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g := &goWaitRun{s: s, cancel: cancel, done: make(chan struct{})}
-	if len(pids) == 0 {
-		go s.Discover(ctx, 5*time.Second)
-	}
-	go func() { defer close(g.done); s.Run(ctx) }()
-	return g
-}
-
-// merge stops sampling and adds the goroutine samples to prof, and the
-// goroutines that were waiting but could not be sampled to prof.Lost.
-func (g *goWaitRun) merge(prof *profile.Profile) {
-	if g == nil {
+// mergeGoWait stops the sampling of parked goroutines (with --off-cpu:
+// their waits park goroutines, not threads, so sched_switch never sees
+// them; internal/gowait, docs/go-offcpu.md) and adds its samples to prof,
+// and the goroutines that were waiting but could not be sampled to
+// prof.Lost.
+func mergeGoWait(p *pipeline.Pipeline, prof *profile.Profile) {
+	if p.GoWait == nil {
 		return
 	}
-	g.cancel()
-	<-g.done
-	g.s.Merge(prof)
-	st := g.s.Stats()
+	p.StopGoWait()
+	p.GoWait.Merge(prof)
+	st := p.GoWait.Stats()
 	if prof.Lost == nil {
 		prof.Lost = map[string]uint64{}
 	}

@@ -8,60 +8,32 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/collect"
-	"github.com/spanprof/spanprof/internal/debuginfod"
-	"github.com/spanprof/spanprof/internal/jit"
-	"github.com/spanprof/spanprof/internal/perfmap"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
-// symbolization holds what `record` symbolizes with, per --symbolize.
+// symbolization is the pipeline's symbols and what `record` does with
+// them at the end: wait for debuginfod, report.
 type symbolization struct {
-	mode       symbolize.Mode
-	symbolizer *symbolize.Symbolizer
-	perfMaps   *perfmap.Cache
-	debuginfod *debuginfod.Client // nil unless --symbolize=full with servers
-	wait       time.Duration
-	jit        *jit.Maps
-}
-
-func newSymbolization(f *recordFlags, log *slog.Logger, stderr io.Writer) (*symbolization, error) {
-	s := &symbolization{mode: f.symbolize, wait: f.debuginfodWait}
-	s.jit = jit.New(!f.noJVMPerfmap && f.symbolize != symbolize.ModeNone, log)
-	s.perfMaps = s.jit.Cache
-	opts := symbolize.Options{Mode: f.symbolize, DebugDirs: append([]string{}, f.debugDirs...)}
-	opts.DebugDirs = append(opts.DebugDirs, "/usr/lib/debug")
-	if f.symbolize == symbolize.ModeFull {
-		urls := debuginfod.URLsFromEnv()
-		if len(urls) == 0 {
-			fmt.Fprintln(stderr, "spanprof: --symbolize=full without DEBUGINFOD_URLS: using local debug files only")
-		} else {
-			c, err := debuginfod.New(debuginfod.Options{URLs: urls, Verify: symbolize.VerifyDebugFile, Logger: log})
-			if err != nil {
-				return nil, err
-			}
-			s.debuginfod = c
-			opts.Fetcher = c
-		}
-	}
-	s.symbolizer = symbolize.New(log, opts)
-	return s, nil
+	*pipeline.Symbols
+	wait time.Duration // --debuginfod-wait
 }
 
 // prepare requests the debug files the samples need and waits, up to
 // --debuginfod-wait, for the fetches to end. Frames of objects still
 // waiting keep module, offset and build ID, for a backend to resolve.
 func (s *symbolization) prepare(ctx context.Context, c *collect.Collector, stderr io.Writer) {
-	if s.debuginfod == nil {
+	if s.Debuginfod == nil {
 		return
 	}
 	c.Prepare()
-	if s.debuginfod.Pending() == 0 || s.wait <= 0 {
+	if s.Debuginfod.Pending() == 0 || s.wait <= 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.wait)
 	defer cancel()
-	left := s.debuginfod.Wait(ctx, func(n int) {
+	left := s.Debuginfod.Wait(ctx, func(n int) {
 		fmt.Fprintf(stderr, "spanprof: waiting for %d debug file(s) from debuginfod\n", n)
 	})
 	if left > 0 {
@@ -72,15 +44,15 @@ func (s *symbolization) prepare(ctx context.Context, c *collect.Collector, stder
 // report puts the symbolization counters in the log, and rejected debug
 // files and failed fetches on stderr as warnings.
 func (s *symbolization) report(log *slog.Logger) {
-	st := s.symbolizer.Stats()
+	st := s.Symbolizer.Stats()
 	if n := st.RejectedBuildID + st.RejectedCRC + st.RejectedCorrupt; n > 0 {
 		log.Warn("debug files rejected", "build_id_mismatch", st.RejectedBuildID,
 			"crc_mismatch", st.RejectedCRC, "corrupt", st.RejectedCorrupt)
 	}
-	log.Debug("symbolization", "mode", s.mode.String(), "objects", st.Parsed, "debug_files", st.DebugFiles,
+	log.Debug("symbolization", "mode", s.Mode.String(), "objects", st.Parsed, "debug_files", st.DebugFiles,
 		"debuginfod_files", st.DebuginfodFiles, "dwarf_errors", st.DWARFErrors)
-	if s.debuginfod != nil {
-		d := s.debuginfod.Stats()
+	if s.Debuginfod != nil {
+		d := s.Debuginfod.Stats()
 		if n := d.NotFound + d.Timeouts + d.HTTPError + d.Invalid + d.Dropped; n > 0 {
 			log.Warn("debuginfod fetches failed", "not_found", d.NotFound, "timeouts", d.Timeouts,
 				"http_errors", d.HTTPError, "invalid", d.Invalid, "dropped", d.Dropped)
@@ -93,12 +65,12 @@ func (s *symbolization) report(log *slog.Logger) {
 // or debug info: how many, how many of them were named by their
 // function's start in the unwind tables, and what would name them.
 func (s *symbolization) reportUnnamed(stderr io.Writer, u profile.Unnamed, debuginfodSet bool) {
-	if s.mode == symbolize.ModeNone || u.Samples == 0 {
+	if s.Mode == symbolize.ModeNone || u.Samples == 0 {
 		return
 	}
 	var hint string
 	switch {
-	case s.debuginfod != nil:
+	case s.Debuginfod != nil:
 		hint = "neither the debug directories nor debuginfod had their debug files"
 	case debuginfodSet:
 		hint = "--symbolize=local does not ask the debuginfod servers of DEBUGINFOD_URLS"

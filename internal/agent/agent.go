@@ -16,6 +16,7 @@ import (
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/jit"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
@@ -25,46 +26,14 @@ import (
 // AttrHostName is the resource attribute naming the host a process ran on.
 const AttrHostName = "host.name"
 
-// Source is what the agent needs of a sampler (*sampler.Sampler); tests
-// feed records through a fake.
-type Source interface {
-	Records() <-chan *sampler.Record
-	ProcEvents() <-chan sampler.ProcEvent
-	Counters() (map[string]uint64, error)
-	// Stop detaches the programs; the channels still deliver what the
-	// kernel had written.
-	Stop()
-}
-
-// Correlator keeps each process's trace-context reading configured in the
-// kernel and knows what the process published for its resource
-// (*correlate.Watcher).
-type Correlator interface {
-	Seen(pid uint32, rescan time.Duration)
-	Exec(pid uint32)
-	Exit(pid uint32)
-	Info(pid uint32) (correlate.Info, bool)
-	// ForgetExited drops what exited processes published, after a report.
-	ForgetExited()
-}
-
-// rescanAfter is how long a process without a known context source waits
-// before it is inspected again (a library may have been loaded since).
-const rescanAfter = 2 * time.Second
-
 // Options are the agent's collaborators.
 type Options struct {
 	Logger *slog.Logger
 	// Registry receives the self-metrics; nil keeps them unregistered and
 	// serves no /metrics.
 	Registry *prometheus.Registry
-	// Tracker and Kernel default to procfs and /proc/kallsyms.
-	Tracker *proc.Tracker
-	Kernel  collect.KernelSymbols
-	// Correlator is nil when trace context is not read.
-	Correlator Correlator
-	// GoWait adds the goroutine waits sampled since the last report
-	// (internal/gowait); nil when off.
+	// GoWait, when set, replaces the pipeline's goroutine-wait sampler as
+	// what adds the goroutine waits sampled since the last report.
 	GoWait interface{ Merge(*profile.Profile) }
 	// Now defaults to time.Now.
 	Now func() time.Time
@@ -73,13 +42,14 @@ type Options struct {
 // Agent samples continuously and exports one profile per report interval.
 type Agent struct {
 	cfg       Config
-	src       Source
+	p         *pipeline.Pipeline
+	src       pipeline.Source
 	log       *slog.Logger
 	reg       *prometheus.Registry
 	m         *Metrics
 	tracker   *proc.Tracker
 	collector *collect.Collector
-	corr      Correlator
+	corr      pipeline.Correlator
 	goWait    interface{ Merge(*profile.Profile) }
 	jit       *jit.Maps
 	sym       *symbolize.Symbolizer
@@ -109,9 +79,10 @@ func (a *Agent) MetricsAddr() string {
 	return ""
 }
 
-// New wires an agent to src. It dials nothing yet: gRPC connects on the
-// first export.
-func New(cfg Config, src Source, opts Options) (*Agent, error) {
+// New wires an agent to the pipeline p (built by pipeline.Open or
+// pipeline.New from cfg.Pipeline). It dials nothing yet: gRPC connects on
+// the first export.
+func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -121,16 +92,6 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.Tracker == nil {
-		opts.Tracker = proc.NewTracker("/proc", log)
-	}
-	if opts.Kernel == nil {
-		if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
-			log.Warn("kernel frames stay unsymbolized", "error", err)
-		} else {
-			opts.Kernel = k
-		}
 	}
 	host := cfg.HostName
 	if host == "" {
@@ -145,45 +106,38 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 		reg = opts.Registry
 	}
 	a := &Agent{
-		cfg:      cfg,
-		src:      src,
-		log:      log,
-		reg:      opts.Registry,
-		m:        NewMetrics(reg),
-		tracker:  opts.Tracker,
-		hostName: host,
-		now:      opts.Now,
-		corr:     opts.Correlator,
-		goWait:   opts.GoWait,
-		match:    map[uint32]bool{},
+		cfg:       cfg,
+		p:         p,
+		src:       p.Source,
+		log:       log,
+		reg:       opts.Registry,
+		m:         NewMetrics(reg),
+		tracker:   p.Tracker,
+		collector: p.Collector,
+		corr:      p.Correlator,
+		jit:       p.Symbols.JIT,
+		sym:       p.Symbols.Symbolizer,
+		symMode:   p.Symbols.Mode,
+		// Configured servers, used or not (mode local does not).
+		debuginfodSet: len(cfg.Symbolization.debuginfodURLs()) > 0,
+		hostName:      host,
+		now:           opts.Now,
+		match:         map[uint32]bool{},
 	}
-	sym, err := newSymbolization(cfg.Symbolization, log, reg)
-	if err != nil {
-		return nil, err
+	if opts.GoWait != nil {
+		a.goWait = opts.GoWait
+	} else if p.GoWait != nil {
+		a.goWait = p.GoWait
 	}
-	a.jit, a.sym = sym.jit, sym.symbolizer
-	a.symMode, a.debuginfodSet = sym.mode, sym.urls > 0
-	collOpts := collect.Options{Frequency: cfg.Frequency, Tracker: opts.Tracker, Logger: log,
-		Symbolizer: sym.symbolizer, Mode: sym.mode, PerfMaps: sym.perfMaps}
-	if opts.Kernel != nil {
-		collOpts.Kernel = opts.Kernel
+	if p.Symbols.Mode == symbolize.ModeFull && p.Symbols.Debuginfod == nil {
+		log.Warn("symbolization mode full without debuginfod URLs: local debug files only")
 	}
-	if c := opts.Correlator; c != nil {
-		collOpts.Resource = func(pid uint32) (string, map[string]string) {
-			info, _ := c.Info(pid)
-			return info.ServiceName, info.Resource
+	if reg != nil {
+		registerSymbols(reg, p.Symbols)
+		if p.GoWait != nil {
+			RegisterGoWaitStats(reg, p.GoWait.Stats)
 		}
-		collOpts.ContextKeys = func(pid uint32) []string {
-			info, _ := c.Info(pid)
-			return info.AttributeKeys
-		}
 	}
-	// A sampler sizes the stack window of each process and widens it for
-	// processes whose stacks it cut.
-	if w, ok := src.(interface{ SetStackWindow(pid, bytes uint32) error }); ok {
-		collOpts.StackWindow = w.SetStackWindow
-	}
-	a.collector = collect.New(collOpts)
 	if len(cfg.Processes.Executables) > 0 {
 		a.execs = map[string]bool{}
 		for _, e := range cfg.Processes.Executables {
@@ -192,7 +146,7 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 	}
 	if reg != nil {
 		reg.MustRegister(
-			newCounterCollector(src.Counters),
+			newCounterCollector(p.Source.Counters),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "spanprof_processes_tracked",
 				Help: "Processes whose mappings the agent holds.",
@@ -254,7 +208,7 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 			}, func() float64 { return float64(a.collector.Stats().PreExecAttributed) }),
 		)
 	}
-	if st, ok := opts.Correlator.(interface{ Stats() correlate.Stats }); ok && reg != nil {
+	if st, ok := p.Correlator.(interface{ Stats() correlate.Stats }); ok && reg != nil {
 		registerCorrelatorStats(reg, st.Stats)
 	}
 	for _, ep := range cfg.Export.Endpoints {
@@ -271,10 +225,6 @@ func New(cfg Config, src Source, opts Options) (*Agent, error) {
 // AttachesJVMs reports whether the agent asks JVMs for their perf maps,
 // which needs the capabilities of cmd/spanprof's jvmAttachCapabilities.
 func (a *Agent) AttachesJVMs() bool { return a.jit.JVMs != nil }
-
-// Symbolizer returns the symbolizer the agent builds its reports with,
-// for the goroutine-wait sampler to share (gowait.Sampler.SetSymbolizer).
-func (a *Agent) Symbolizer() *symbolize.Symbolizer { return a.sym }
 
 func (a *Agent) closeExporters() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -326,10 +276,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.stopping.Store(true)
 	a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
-	a.src.Stop()
-	// The sampler closes both channels once Stop's flush emptied the ring;
-	// the timeout only guards against a reader that never ends.
-	if !sampler.Drain(records, procs, 10*time.Second, a.add, a.procEvent) {
+	if !a.p.Drain(10*time.Second, a.add, a.procEvent) {
 		a.log.Warn("sampler not drained after 10s; reporting what was read")
 	}
 	a.report()
@@ -370,28 +317,12 @@ func (a *Agent) add(r *sampler.Record) {
 		a.m.filtered.Inc()
 		return
 	}
-	if a.corr != nil {
-		a.corr.Seen(r.PID, rescanAfter)
-	}
-	a.jit.Seen(r.PID)
-	a.collector.Add(r)
+	a.p.Add(r)
 }
 
 func (a *Agent) procEvent(e sampler.ProcEvent) {
 	delete(a.match, e.PID) // an exec may change the executable
-	if e.Exit {
-		// Its JIT names answer until the report after the exit.
-		a.jit.Exited(e.PID)
-	}
-	if a.corr != nil {
-		if e.Exit {
-			a.corr.Exit(e.PID)
-		} else {
-			a.corr.Exec(e.PID)
-			a.corr.Seen(e.PID, 0)
-		}
-	}
-	a.collector.ProcEvent(e)
+	a.p.ProcEvent(e)
 }
 
 // wanted applies the process selection in user space: the kernel filter

@@ -18,40 +18,43 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/pipeline"
+	"github.com/spanprof/spanprof/internal/pipeline/pipelinetest"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
 
-// fakeSource stands in for the eBPF sampler.
+// testPipeline builds cfg's pipeline on src, with parts, as pipeline.Open
+// does on the sampler it loads; log nil discards.
+func testPipeline(t *testing.T, cfg Config, src pipeline.Source, parts pipeline.Parts, log *slog.Logger) *pipeline.Pipeline {
+	t.Helper()
+	pc, err := cfg.Pipeline(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(pc, src, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// fakeSource stands in for the eBPF sampler, with counters of every kind.
 type fakeSource struct {
-	records  chan *sampler.Record
-	procs    chan sampler.ProcEvent
-	stopped  atomic.Bool
-	counters map[string]uint64
+	*pipelinetest.Source
+	records chan *sampler.Record
+	procs   chan sampler.ProcEvent
+	stopped *atomic.Bool
 }
 
 func newFakeSource() *fakeSource {
-	return &fakeSource{
-		records: make(chan *sampler.Record, 1024),
-		procs:   make(chan sampler.ProcEvent, 16),
-		counters: map[string]uint64{
-			"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2, "exit_vmas_dropped": 4,
-		},
+	s := pipelinetest.NewSource(1024, 16)
+	s.Counts = map[string]uint64{
+		"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2, "exit_vmas_dropped": 4,
 	}
-}
-
-func (f *fakeSource) Records() <-chan *sampler.Record      { return f.records }
-func (f *fakeSource) ProcEvents() <-chan sampler.ProcEvent { return f.procs }
-func (f *fakeSource) Counters() (map[string]uint64, error) { return f.counters, nil }
-
-// Stop closes the channels once, as the real sampler does when the ring is
-// drained after its programs were detached.
-func (f *fakeSource) Stop() {
-	if f.stopped.CompareAndSwap(false, true) {
-		close(f.records)
-		close(f.procs)
-	}
+	return &fakeSource{Source: s, records: s.Recs, procs: s.Procs, stopped: &s.Stopped}
 }
 
 // noKernel leaves kernel addresses unsymbolized without reading kallsyms.
@@ -140,9 +143,9 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	defer tracker.Close()
 	corr := &fakeCorrelator{seen: map[uint32]int{}}
 	reg := prometheus.NewRegistry()
-	a, err := New(testConfig(col.addr), src, Options{
-		Registry: reg, Tracker: tracker, Kernel: noKernel{}, Correlator: corr,
-		Logger: slog.New(slog.DiscardHandler),
+	cfg := testConfig(col.addr)
+	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Tracker: tracker, Kernel: noKernel{}, Correlator: corr}, nil), Options{
+		Registry: reg, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +270,7 @@ func TestAgentAddsQueuedBeforeReport(t *testing.T) {
 	src := newFakeSource()
 	cfg := testConfig("127.0.0.1:1")
 	cfg.MetricsListen = ""
-	a, err := New(cfg, src, Options{Kernel: noKernel{}})
+	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Kernel: noKernel{}}, nil), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +297,7 @@ func TestAgentExecutableFilter(t *testing.T) {
 	cfg.MetricsListen = ""
 	cfg.Processes.Executables = []string{filepath.Base(mustExe(t))}
 	reg := prometheus.NewRegistry()
-	a, err := New(cfg, src, Options{Registry: reg, Kernel: noKernel{}})
+	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Kernel: noKernel{}}, nil), Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

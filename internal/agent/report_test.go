@@ -10,6 +10,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/export/otlp"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
@@ -66,8 +67,8 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	}}
 	cfg := testConfig(col.addr)
 	cfg.MetricsListen = ""
-	a, err := New(cfg, newFakeSource(), Options{Tracker: tracker, Kernel: noKernel{}, GoWait: goWait,
-		Now: func() time.Time { return end }, Logger: slog.New(slog.DiscardHandler)})
+	a, err := New(cfg, testPipeline(t, cfg, newFakeSource(), pipeline.Parts{Tracker: tracker, Kernel: noKernel{}}, nil),
+		Options{GoWait: goWait, Now: func() time.Time { return end }, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

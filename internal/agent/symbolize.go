@@ -1,76 +1,28 @@
 package agent
 
 import (
-	"fmt"
-	"log/slog"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spanprof/spanprof/internal/debuginfod"
 	"github.com/spanprof/spanprof/internal/jit"
 	"github.com/spanprof/spanprof/internal/jvm"
 	"github.com/spanprof/spanprof/internal/perfmap"
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
-// symbolization is what the agent symbolizes with, per its configuration.
-type symbolization struct {
-	mode       symbolize.Mode
-	symbolizer *symbolize.Symbolizer
-	perfMaps   *perfmap.Cache
-	jit        *jit.Maps
-	debuginfod *debuginfod.Client // nil unless mode full with servers
-	urls       int                // debuginfod servers configured
-}
-
-// newSymbolization builds the symbolizer (debug dirs, debuginfod in full
-// mode) and the JIT perf-map cache, and registers their counters. In full
-// mode, frames of binaries whose debug file is still being fetched keep
-// module+offset and build ID; the reports after the fetch resolve them.
-func newSymbolization(cfg Symbolization, log *slog.Logger, reg prometheus.Registerer) (*symbolization, error) {
-	urls := cfg.DebuginfodURLs
-	if len(urls) == 0 {
-		urls = debuginfod.URLsFromEnv()
-	}
-	mode, err := symbolize.ResolveMode(cfg.Mode, len(urls) > 0)
-	if err != nil {
-		return nil, err
-	}
-	// JIT perf maps, and unless turned off the JVMs asked for theirs
-	// (shared with record, internal/jit).
-	j := jit.New(!cfg.NoJVMPerfmap && mode != symbolize.ModeNone, log)
-	s := &symbolization{mode: mode, perfMaps: j.Cache, jit: j, urls: len(urls)}
-	opts := symbolize.Options{Mode: mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug"),
-		DWARFSpillDir: cfg.DWARFCacheDir, MaxBytes: int64(cfg.CacheMiB) << 20}
-	if mode == symbolize.ModeFull {
-		if len(urls) == 0 {
-			log.Warn("symbolization mode full without debuginfod URLs: local debug files only")
-		} else {
-			c, err := debuginfod.New(debuginfod.Options{URLs: urls, Verify: symbolize.VerifyDebugFile, Logger: log})
-			if err != nil {
-				return nil, fmt.Errorf("debuginfod client: %w", err)
-			}
-			s.debuginfod = c
-			opts.Fetcher = c
-		}
-	}
-	s.symbolizer = symbolize.New(log, opts)
-	if reg != nil {
-		s.register(reg)
-	}
-	return s, nil
-}
-
-func (s *symbolization) register(reg prometheus.Registerer) {
+// registerSymbols registers the counters of the symbolizer, the JIT perf
+// maps and the debuginfod client.
+func registerSymbols(reg prometheus.Registerer, s *pipeline.Symbols) {
 	sym := func(name, help string, v func(symbolize.Stats) uint64, labels ...string) prometheus.Collector {
 		opts := prometheus.CounterOpts{Name: name, Help: help}
 		if len(labels) == 2 {
 			opts.ConstLabels = prometheus.Labels{labels[0]: labels[1]}
 		}
-		return prometheus.NewCounterFunc(opts, func() float64 { return float64(v(s.symbolizer.Stats())) })
+		return prometheus.NewCounterFunc(opts, func() float64 { return float64(v(s.Symbolizer.Stats())) })
 	}
 	const evictedHelp = "Parsed binaries evicted from the cache, by reason: bound (the count or byte bound, or parsed again once a debug file arrived) or idle (unused for the idle timeout)."
-	s.registerJIT(reg)
+	registerJIT(reg, s.JIT)
 	reg.MustRegister(
 		sym("spanprof_symbolize_objects_parsed_total", "Binaries whose symbol tables were parsed.",
 			func(st symbolize.Stats) uint64 { return st.Parsed }),
@@ -86,14 +38,14 @@ func (s *symbolization) register(reg prometheus.Registerer) {
 			func(st symbolize.Stats) uint64 { return st.RejectedBuildID + st.RejectedCRC + st.RejectedCorrupt }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spanprof_symbolize_cache_bytes",
 			Help: "Bytes held by parsed symbol tables, counting the Go pclntabs shared with the unwind tables when the symbol cache pays for them."},
-			func() float64 { return float64(s.symbolizer.Bytes()) }),
+			func() float64 { return float64(s.Symbolizer.Bytes()) }),
 	)
-	if s.debuginfod == nil {
+	if s.Debuginfod == nil {
 		return
 	}
 	d := func(name, help string, v func(debuginfod.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(v(s.debuginfod.Stats())) })
+			func() float64 { return float64(v(s.Debuginfod.Stats())) })
 	}
 	reg.MustRegister(
 		d("spanprof_debuginfod_fetched_total", "Debug files downloaded.",
@@ -108,25 +60,25 @@ func (s *symbolization) register(reg prometheus.Registerer) {
 // registerJIT registers the counters of the JIT perf maps and of the
 // requests to JVMs; all start at 0, and those of the requests stay there
 // with no_jvm_perfmap.
-func (s *symbolization) registerJIT(reg prometheus.Registerer) {
+func registerJIT(reg prometheus.Registerer, j *jit.Maps) {
 	pm := func(name, help string, v func(perfmap.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(v(s.jit.Cache.Stats())) })
+			func() float64 { return float64(v(j.Cache.Stats())) })
 	}
 	const reqHelp = "Requests to JVMs to write their perf map (HotSpot attach, Compiler.perfmap), by result: ok, or failed (no attach listener, timeout, a JVM without the command)."
 	req := func(result string, v func(jvm.PerfMapStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_requests_total", Help: reqHelp,
-			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(v(s.jit.Stats())) })
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(v(j.Stats())) })
 	}
 	reg.MustRegister(
 		req("ok", func(st jvm.PerfMapStats) uint64 { return st.Attaches }),
 		req("failed", func(st jvm.PerfMapStats) uint64 { return st.Failures }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_rate_limited_total",
 			Help: "Scheduled requests to JVMs not made because the JVM was asked less than 5s before."},
-			func() float64 { return float64(s.jit.Stats().Skipped) }),
+			func() float64 { return float64(j.Stats().Skipped) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_seconds_total",
 			Help: "Time spent attaching to JVMs and waiting for them to write their perf maps."},
-			func() float64 { return s.jit.Stats().Time.Seconds() }),
+			func() float64 { return j.Stats().Time.Seconds() }),
 		pm("spanprof_perf_map_reads_total", "JIT perf map files (/tmp/perf-PID.map) read or re-read after they changed.",
 			func(st perfmap.Stats) uint64 { return st.Reads }),
 		pm("spanprof_perf_map_bad_lines_total", "Lines of perf map files that did not parse and were skipped.",

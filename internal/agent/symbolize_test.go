@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
@@ -28,13 +29,16 @@ func TestSymbolizationDefault(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("DEBUGINFOD_URLS", tt.env)
 			t.Setenv("XDG_CACHE_HOME", t.TempDir())
-			tt.cfg.DWARFCacheDir = t.TempDir()
-			s, err := newSymbolization(tt.cfg, slog.New(slog.DiscardHandler), nil)
+			pc, err := tt.cfg.pipeline()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.mode != tt.wantMode || (s.debuginfod != nil) != tt.wantClient {
-				t.Errorf("mode %v, debuginfod client %v; want %v, %v", s.mode, s.debuginfod != nil, tt.wantMode, tt.wantClient)
+			s, err := pipeline.NewSymbols(pc, pipeline.Budget{DWARFSpillDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Mode != tt.wantMode || (s.Debuginfod != nil) != tt.wantClient {
+				t.Errorf("mode %v, debuginfod client %v; want %v, %v", s.Mode, s.Debuginfod != nil, tt.wantMode, tt.wantClient)
 			}
 		})
 	}

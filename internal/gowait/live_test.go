@@ -1,73 +1,28 @@
 package gowait
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/gowait/gowaittest"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
-var (
-	buildOnce sync.Once
-	buildErr  error
-)
-
 // serviceFixture builds testdata/gowait/service once per test binary.
-func serviceFixture(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs("../../testdata/gowait/service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "..", "build", "service")
-	buildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-o", bin, ".")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build service fixture: %w: %s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return bin
-}
+func serviceFixture(t testing.TB) string { return gowaittest.Fixture(t) }
 
 // startService runs the fixture with -wait and returns it with the
 // writer that starts its spans.
 func startService(t testing.TB, args ...string) (*exec.Cmd, io.WriteCloser) {
-	t.Helper()
-	cmd := exec.Command(serviceFixture(t), append([]string{"-wait"}, args...)...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ready ") {
-		t.Fatalf("fixture first line %q: %v", line, err)
-	}
-	return cmd, stdin
+	return gowaittest.Start(t, args...)
 }
 
 func requirePtrace(t testing.TB) {

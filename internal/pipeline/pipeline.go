@@ -1,0 +1,321 @@
+// Package pipeline builds the one way a sample takes in user space, for
+// every command that samples (record, agent): the process tracker, the
+// symbolization (debug files, debuginfod, JIT perf maps), the collector,
+// the trace-context watcher and the goroutine-wait sampler. They share
+// one tracker, one symbolizer, one set of unwind tables and one memory
+// budget, so that what one command fixes or bounds the other has too.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/collect"
+	"github.com/spanprof/spanprof/internal/correlate"
+	"github.com/spanprof/spanprof/internal/gowait"
+	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/sampler"
+	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/unwind"
+)
+
+// Source is what the pipeline needs of a sampler (*sampler.Sampler);
+// tests feed records through a fake.
+type Source interface {
+	Records() <-chan *sampler.Record
+	ProcEvents() <-chan sampler.ProcEvent
+	Counters() (map[string]uint64, error)
+	// Stop detaches the programs; the channels still deliver what the
+	// kernel had written.
+	Stop()
+}
+
+// Correlator keeps each process's trace-context reading configured in the
+// kernel and knows what the process published for its resource
+// (*correlate.Watcher).
+type Correlator interface {
+	Seen(pid uint32, rescan time.Duration)
+	Exec(pid uint32)
+	Exit(pid uint32)
+	Info(pid uint32) (correlate.Info, bool)
+	// ForgetExited drops what exited processes published, after a report.
+	ForgetExited()
+}
+
+// RescanAfter is how long a process without a known context source waits
+// before it is inspected again (a library may have been loaded since).
+const RescanAfter = 2 * time.Second
+
+// Config is what a command tells its pipeline.
+type Config struct {
+	// Frequency is the on-CPU sampling frequency in Hz per CPU.
+	Frequency int
+	// PIDs are the processes named; empty means every process. They are
+	// inspected for trace context before the first sample and, with
+	// GoWaitFrequency, their goroutines sampled.
+	PIDs []int
+	// SelectInUserSpace samples every process in the kernel although PIDs
+	// are named: the command selects further by what only user space
+	// knows (the agent's executable names).
+	SelectInUserSpace bool
+	OffCPU            sampler.OffCPUOptions
+	// GoWaitFrequency samples parked goroutines of Go processes, with
+	// OffCPU on; 0 turns it off.
+	GoWaitFrequency int
+	Symbolization   Symbolization
+	Budget          Budget
+	Logger          *slog.Logger
+}
+
+// Parts are collaborators New takes instead of building its own.
+type Parts struct {
+	// Tracker defaults to one on /proc, closed by Close.
+	Tracker *proc.Tracker
+	// Kernel defaults to /proc/kallsyms.
+	Kernel collect.KernelSymbols
+	// Correlator is nil when trace context is not read.
+	Correlator Correlator
+}
+
+// Pipeline is one tracker, symbolization, collector, trace-context
+// watcher and goroutine-wait sampler over one source.
+type Pipeline struct {
+	Source     Source
+	Tracker    *proc.Tracker
+	Correlator Correlator // nil when trace context is not read
+	Symbols    *Symbols
+	Collector  *collect.Collector
+	// GoWait samples parked goroutines; nil when off.
+	GoWait *gowait.Sampler
+
+	cfg Config
+	log *slog.Logger
+	// Set by Open: the kernel side it loaded, which Start starts.
+	sampler *sampler.Sampler
+	watch   *correlate.Watcher
+	closers []func()
+	// goWaitDone is closed when the goroutine-wait sampler stopped.
+	goWaitDone chan struct{}
+	stopGoWait context.CancelFunc
+}
+
+// Open loads the sampler programs and builds the pipeline on them; Start
+// attaches them.
+func Open(cfg Config) (*Pipeline, error) {
+	log := logger(cfg.Logger)
+	tracker := proc.NewTracker("/proc", log)
+	pids := cfg.PIDs
+	if cfg.SelectInUserSpace {
+		pids = nil
+	}
+	s, err := sampler.New(sampler.Options{
+		Frequency: cfg.Frequency, PIDs: pids, Logger: log,
+		OffCPU:    cfg.OffCPU,
+		RingBytes: cfg.Budget.RingMiB << 20,
+		// Read an exec'd image at once from the reader: a short-lived
+		// process is gone by the time its samples are handled.
+		OnExec: tracker.Exec,
+		OnExit: tracker.ExitAt,
+		// The collector sizes each process's window from its first
+		// samples, copied with the widest.
+		NewProcessWindow: newProcessWindow(),
+	})
+	if err != nil {
+		tracker.Close()
+		return nil, err
+	}
+	watch := correlate.New(s, correlate.GoLabels(), log)
+	p, err := New(cfg, s, Parts{Tracker: tracker, Correlator: watch})
+	if err != nil {
+		s.Close()
+		tracker.Close()
+		return nil, err
+	}
+	p.sampler, p.watch = s, watch
+	p.closers = append(p.closers, func() { s.Close() }, tracker.Close)
+	return p, nil
+}
+
+// newProcessWindow is the stack window the kernel copies for a process
+// the collector has not sized one for yet: the widest, where the collector
+// sizes windows (collect.SizesWindows), so that the first stacks of a
+// process through a large frameless frame (vfprintf's) are not cut.
+func newProcessWindow() uint32 {
+	if collect.SizesWindows {
+		return sampler.WindowMax
+	}
+	return 0
+}
+
+// New builds the user-space stages on src: the symbolization, the
+// collector and, when configured, the goroutine-wait sampler, all on
+// one tracker and one symbolizer. Open calls it on the sampler it loads;
+// tests call it on a fake source.
+func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
+	log := logger(cfg.Logger)
+	p := &Pipeline{Source: src, Tracker: parts.Tracker, Correlator: parts.Correlator, cfg: cfg, log: log}
+	if p.Tracker == nil {
+		p.Tracker = proc.NewTracker("/proc", log)
+		p.closers = append(p.closers, p.Tracker.Close)
+	}
+	sym, err := NewSymbols(cfg.Symbolization, cfg.Budget, log)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	p.Symbols = sym
+	// The collector's leaf recovery and the unwinder of cgo callbacks
+	// read the same binaries: one set of tables, whose Go pclntabs are
+	// the symbolizer's.
+	tables := unwind.NewCache(log, unwind.CacheOptions{Pclntabs: sym.Symbolizer.Pclntabs()})
+	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.Tracker, Logger: log,
+		Symbolizer: sym.Symbolizer, Mode: sym.Mode, PerfMaps: sym.JIT.Cache,
+		Leaf: &collect.CFILeafFixer{Tables: tables}}
+	if parts.Kernel != nil {
+		opts.Kernel = parts.Kernel
+	} else if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
+		log.Warn("kernel frames stay unsymbolized", "error", err)
+	} else {
+		opts.Kernel = k
+	}
+	if c := parts.Correlator; c != nil {
+		opts.Resource = func(pid uint32) (string, map[string]string) {
+			info, _ := c.Info(pid)
+			return info.ServiceName, info.Resource
+		}
+		opts.ContextKeys = func(pid uint32) []string {
+			info, _ := c.Info(pid)
+			return info.AttributeKeys
+		}
+	}
+	// A sampler sizes the stack window of each process and widens it for
+	// processes whose stacks it cut.
+	if w, ok := src.(interface{ SetStackWindow(pid, bytes uint32) error }); ok {
+		opts.StackWindow = w.SetStackWindow
+	}
+	p.Collector = collect.New(opts)
+	if cfg.OffCPU.Enabled && cfg.GoWaitFrequency > 0 {
+		// Goroutine waits park no thread: sample them from outside, with
+		// the tracker whose exited processes the command forgets and the
+		// symbolizer whose cache the budget bounds; private ones would
+		// keep every Go process ever sampled, unbounded.
+		p.GoWait = gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log,
+			Tracker: p.Tracker, Symbolizer: sym.Symbolizer, Tables: tables})
+	}
+	return p, nil
+}
+
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+// Start inspects the named processes for trace context, so that their
+// first samples carry span ids, starts the goroutine-wait sampler and the
+// watcher, and attaches the programs Open loaded. ctx bounds the
+// goroutine-wait sampler, which Close also stops.
+func (p *Pipeline) Start(ctx context.Context) error {
+	if p.sampler == nil {
+		return errors.New("start pipeline: its source was not opened by Open")
+	}
+	for _, pid := range p.cfg.PIDs {
+		if err := p.watch.Scan(uint32(pid)); err != nil {
+			p.log.Warn("inspect process for trace context", "pid", pid, "error", err)
+		}
+	}
+	p.startGoWait(ctx)
+	stopWatch := make(chan struct{})
+	go p.watch.Run(stopWatch)
+	p.closers = append([]func(){func() { close(stopWatch) }}, p.closers...)
+	if err := p.sampler.Start(); err != nil {
+		return err
+	}
+	go p.sampler.Run()
+	return nil
+}
+
+func (p *Pipeline) startGoWait(ctx context.Context) {
+	if p.GoWait == nil {
+		return
+	}
+	for _, pid := range p.cfg.PIDs {
+		if err := p.GoWait.Add(uint32(pid)); err != nil {
+			p.log.Debug("no goroutine sampling", "pid", pid, "error", err)
+		}
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	p.stopGoWait, p.goWaitDone = cancel, make(chan struct{})
+	if len(p.cfg.PIDs) == 0 {
+		go p.GoWait.Discover(gctx, 5*time.Second)
+	}
+	go func() { defer close(p.goWaitDone); p.GoWait.Run(gctx) }()
+}
+
+// StopGoWait stops the goroutine-wait sampler and waits for its last
+// tick, so that what it merges next is all it sampled.
+func (p *Pipeline) StopGoWait() {
+	if p.stopGoWait == nil {
+		return
+	}
+	p.stopGoWait()
+	<-p.goWaitDone
+}
+
+// Add hands one sample to the collector, noting its process for the
+// trace-context watcher and the JIT perf maps.
+func (p *Pipeline) Add(r *sampler.Record) {
+	if p.Correlator != nil {
+		p.Correlator.Seen(r.PID, RescanAfter)
+	}
+	p.Symbols.JIT.Seen(r.PID)
+	p.Collector.Add(r)
+}
+
+// ProcEvent hands an exec or exit to the watcher, the JIT perf maps and
+// the collector.
+func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
+	if e.Exit {
+		// Its JIT names answer until the exited processes are forgotten.
+		p.Symbols.JIT.Exited(e.PID)
+	}
+	if p.Correlator != nil {
+		if e.Exit {
+			p.Correlator.Exit(e.PID)
+		} else {
+			p.Correlator.Exec(e.PID)
+			p.Correlator.Seen(e.PID, 0)
+		}
+	}
+	p.Collector.ProcEvent(e)
+}
+
+// Drain stops the source and hands on everything the kernel wrote before
+// the programs were detached: the sampler closes both channels once the
+// ring is empty. add and procEvent default to Add and ProcEvent; the
+// timeout only guards against a reader that never ends, and false says
+// it was reached.
+func (p *Pipeline) Drain(timeout time.Duration, add func(*sampler.Record), procEvent func(sampler.ProcEvent)) bool {
+	if add == nil {
+		add = p.Add
+	}
+	if procEvent == nil {
+		procEvent = p.ProcEvent
+	}
+	p.Source.Stop()
+	return sampler.Drain(p.Source.Records(), p.Source.ProcEvents(), timeout, add, procEvent)
+}
+
+// Close stops what Start started and closes what Open and New opened.
+func (p *Pipeline) Close() {
+	if p.stopGoWait != nil {
+		p.stopGoWait()
+	}
+	for _, c := range p.closers {
+		c()
+	}
+	p.closers = nil
+}
