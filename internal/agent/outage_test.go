@@ -31,6 +31,13 @@ func TestExporterOutageLogBounded(t *testing.T) {
 	col := startFakeCollector(t, addr, nil)
 	col.waitReceived(t, 1, 10*time.Second)
 	down := time.Since(start)
+	// The exporter logs the outage's end once the call has returned to
+	// it, which is after the collector holds the batch.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if strings.Contains(logs.String(), `msg="export succeeded after an outage"`) {
+			break
+		}
+	}
 
 	out := logs.String()
 	first := strings.Count(out, `msg="export failed, will retry"`)
