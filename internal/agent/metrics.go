@@ -293,12 +293,18 @@ func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, healt
 	}, nil
 }
 
-// registerCorrelatorStats exposes what the trace-context watcher did.
-func registerCorrelatorStats(reg prometheus.Registerer, stats func() correlate.Stats) {
-	counter := func(name, help string, v func(correlate.Stats) uint64) prometheus.Collector {
+// statCounter returns a maker of counters that read one field of a stats
+// snapshot, taken from stats at every scrape.
+func statCounter[S any](stats func() S) func(name, help string, v func(S) uint64) prometheus.Collector {
+	return func(name, help string, v func(S) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v(stats())) })
 	}
+}
+
+// registerCorrelatorStats exposes what the trace-context watcher did.
+func registerCorrelatorStats(reg prometheus.Registerer, stats func() correlate.Stats) {
+	counter := statCounter(stats)
 	reg.MustRegister(
 		counter("spanprof_tracectx_scans_total", "Processes inspected for a trace-context source.",
 			func(s correlate.Stats) uint64 { return s.Scanned }),
@@ -315,10 +321,7 @@ func registerCorrelatorStats(reg prometheus.Registerer, stats func() correlate.S
 // what it could not attribute, so its losses are visible in agent mode as
 // they are in a recording's summary.
 func RegisterGoWaitStats(reg prometheus.Registerer, stats func() gowait.Stats) {
-	counter := func(name, help string, v func(gowait.Stats) uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(v(stats())) })
-	}
+	counter := statCounter(stats)
 	reg.MustRegister(
 		counter("spanprof_go_wait_ticks_total", "Goroutine-wait sampler ticks.",
 			func(s gowait.Stats) uint64 { return s.Ticks }),

@@ -453,7 +453,7 @@ func (c *Collector) sizeWindow(pid uint32, t time.Time, wr unwind.Result) {
 // windowFor returns the window that holds twice needed bytes: a power of
 // two from 1 KiB up to sampler.WindowMax.
 func windowFor(needed uint64) uint32 {
-	want := uint32(1024)
+	want := uint32(unwind.FirstWindow)
 	for uint64(want) < 2*needed && want < sampler.WindowMax {
 		want *= 2
 	}
