@@ -69,6 +69,7 @@ func TestTwoServicesThroughCollector(t *testing.T) {
 	dir := t.TempDir()
 	root, _ := filepath.Abs("../..")
 	spanprof, gosvc, _ := build(t, dir)
+	logSteal(t)
 	chttp := filepath.Join(dir, "chttp")
 	if out, err := exec.Command("gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-Wl,--build-id=sha1", "-rdynamic",
 		"-I", filepath.Join(root, "sdk/c"), "-o", chttp, filepath.Join(root, "testdata/tracework/chttp/chttp.c")).CombinedOutput(); err != nil {
@@ -111,10 +112,7 @@ func TestTwoServicesThroughCollector(t *testing.T) {
 			f := g.line2(t)
 			switch f[0] {
 			case "truth":
-				var cpu, wait int64
-				fmt.Sscan(f[3], &cpu)
-				fmt.Sscan(f[4], &wait)
-				spans[f[1]] = truth{f[2], cpu, wait}
+				spans[f[1]] = parseTruth(f[2], f[3:])
 			case "done":
 				return f[1], spans
 			}

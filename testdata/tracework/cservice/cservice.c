@@ -3,7 +3,8 @@
  * its own under that parent, publishes it with sdk/c, burns CPU_MS of thread
  * CPU time, sleeps SLEEP_MS in nanosleep, leaves the span and prints the
  * ground truth:
- *   span SPAN_ID_HEX START_UNIX_NS END_UNIX_NS CPU_NS SLEEP_NS
+ *   span SPAN_ID_HEX START_UNIX_NS END_UNIX_NS CPU_NS SLEEP_NS RUN_NS
+ * where RUN_NS is the time the burn was current on a CPU (running_ns).
  * Build with -rdynamic: the profiler finds otel_thread_ctx_v1 in .dynsym.
  * The test exports that span through the OpenTelemetry SDK on its behalf. */
 #define OTEL_THREAD_CTX_IMPLEMENTATION
@@ -18,6 +19,24 @@ static int64_t now_ns(clockid_t c)
 	struct timespec ts;
 	clock_gettime(c, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* running_ns is the monotonic clock less the time this thread has waited
+ * runnable (run_delay, the second field of /proc/thread-self/schedstat).
+ * Its difference over busy work is the time the thread was current on a
+ * CPU: what a CPU-clock sampler sees. Thread CPU time is less by the
+ * interrupt and steal time the kernel does not charge to the thread, which
+ * on a virtual machine can be a tenth of a short burst. */
+static int64_t running_ns(void)
+{
+	long long exec_ns, delay_ns;
+	FILE *f = fopen("/proc/thread-self/schedstat", "r");
+	if (!f || fscanf(f, "%lld %lld", &exec_ns, &delay_ns) != 2) {
+		perror("read /proc/thread-self/schedstat");
+		exit(1);
+	}
+	fclose(f);
+	return now_ns(CLOCK_MONOTONIC) - (int64_t)delay_ns;
 }
 
 static int unhex(const char *s, uint8_t *out, size_t n)
@@ -63,16 +82,17 @@ int main(void)
 			sid[i] = (uint8_t)rand();
 		int64_t start = now_ns(CLOCK_REALTIME);
 		otel_thread_ctx_enter(tid, sid, 1);
-		int64_t c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+		int64_t r0 = running_ns(), c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
 		burn(cpu_ms * 1000000);
-		int64_t cpu = now_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+		int64_t cpu = now_ns(CLOCK_THREAD_CPUTIME_ID) - c0, run = running_ns() - r0;
 		int64_t slept = rest(sleep_ms * 1000000);
 		otel_thread_ctx_leave();
 		int64_t end = now_ns(CLOCK_REALTIME);
 		printf("span ");
 		for (int i = 0; i < 8; i++)
 			printf("%02x", sid[i]);
-		printf(" %lld %lld %lld %lld\n", (long long)start, (long long)end, (long long)cpu, (long long)slept);
+		printf(" %lld %lld %lld %lld %lld\n", (long long)start, (long long)end, (long long)cpu, (long long)slept,
+		       (long long)run);
 		fflush(stdout);
 	}
 	return 0;

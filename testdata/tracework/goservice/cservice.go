@@ -45,10 +45,10 @@ func (c *cService) call(ctx context.Context, cpuMS, sleepMS int) error {
 		return fmt.Errorf("call c-service: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	var sidHex string
-	var startNs, endNs, cpu, slept int64
-	if _, err := fmt.Sscan(string(body), &sidHex, &startNs, &endNs, &cpu, &slept); err != nil {
+	var startNs, endNs, cpu, slept, run int64
+	if _, err := fmt.Sscan(string(body), &sidHex, &startNs, &endNs, &cpu, &slept, &run); err != nil {
 		return fmt.Errorf("parse c-service answer %q: %w", body, err)
 	}
-	fmt.Printf("truth %s c-work %d %d\n", sidHex, cpu, slept)
+	fmt.Printf("truth %s c-work %d %d %d\n", sidHex, cpu, slept, run)
 	return nil
 }

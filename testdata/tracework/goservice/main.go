@@ -9,7 +9,8 @@
 //	└── call c-service   prints "call TRACE_ID SPAN_ID", waits for "ok"
 //
 // and prints the ground truth of each span ("truth SPAN_ID NAME CPU_NS
-// SLEEP_NS"), then "done TRACE_ID" once the spans are exported.
+// SLEEP_NS RUN_NS", RUN_NS the time a CPU burst was current on a CPU, see
+// running), then "done TRACE_ID" once the spans are exported.
 //
 // With -c-url (the two-service example) the lines are "req GO_CPU_MS
 // GO_SLEEP_MS C_CPU_MS C_SLEEP_MS" and "call c-service" is an HTTP GET of
@@ -43,17 +44,40 @@ func threadCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// running is the monotonic clock less the time this thread has waited
+// runnable (run_delay, the second field of /proc/thread-self/schedstat).
+// Its difference over busy work is the time the thread was current on a
+// CPU: what a CPU-clock sampler sees. Thread CPU time is less by the
+// interrupt and steal time the kernel does not charge to the thread, which
+// on a virtual machine can be a tenth of a short burst.
+func running(epoch time.Time) time.Duration {
+	b, err := os.ReadFile("/proc/thread-self/schedstat")
+	var execNs, delayNs int64
+	if err == nil {
+		_, err = fmt.Sscan(string(b), &execNs, &delayNs)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goservice: read /proc/thread-self/schedstat:", err)
+		os.Exit(1)
+	}
+	return time.Since(epoch) - time.Duration(delayNs)
+}
+
 var sink uint64
 
+// burn spins until d of thread CPU time has passed and returns the CPU
+// time and the time current on a CPU that it took.
+//
 //go:noinline
-func burn(d time.Duration) time.Duration {
-	start := threadCPU()
+func burn(d time.Duration) (cpu, run time.Duration) {
+	epoch := time.Now()
+	start, r0 := threadCPU(), running(epoch)
 	for threadCPU()-start < d {
 		for i := 0; i < 20000; i++ {
 			sink = sink*6364136223846793005 + 1
 		}
 	}
-	return threadCPU() - start
+	return threadCPU() - start, running(epoch) - r0
 }
 
 //go:noinline
@@ -98,13 +122,13 @@ func main() {
 		}
 		rctx, root := tr.Start(ctx, "handle request")
 		_, s := tr.Start(rctx, "go cpu")
-		cpu := burn(time.Duration(cpuMS) * time.Millisecond)
+		cpu, run := burn(time.Duration(cpuMS) * time.Millisecond)
 		s.End()
-		fmt.Printf("truth %s go-cpu %d 0\n", s.SpanContext().SpanID(), cpu.Nanoseconds())
+		fmt.Printf("truth %s go-cpu %d 0 %d\n", s.SpanContext().SpanID(), cpu.Nanoseconds(), run.Nanoseconds())
 		_, s = tr.Start(rctx, "go sleep")
 		slept := rest(time.Duration(sleepMS) * time.Millisecond)
 		s.End()
-		fmt.Printf("truth %s go-sleep 0 %d\n", s.SpanContext().SpanID(), slept.Nanoseconds())
+		fmt.Printf("truth %s go-sleep 0 %d 0\n", s.SpanContext().SpanID(), slept.Nanoseconds())
 		cctx, s := tr.Start(rctx, "call c-service", trace.WithSpanKind(trace.SpanKindClient))
 		if c != nil {
 			wall0, cpu0 := time.Now(), threadCPU()
@@ -113,7 +137,7 @@ func main() {
 				os.Exit(1)
 			}
 			cpu := threadCPU() - cpu0
-			fmt.Printf("truth %s go-call %d %d\n", s.SpanContext().SpanID(), cpu.Nanoseconds(), (time.Since(wall0) - cpu).Nanoseconds())
+			fmt.Printf("truth %s go-call %d %d 0\n", s.SpanContext().SpanID(), cpu.Nanoseconds(), (time.Since(wall0) - cpu).Nanoseconds())
 		} else {
 			fmt.Printf("call %s %s\n", s.SpanContext().TraceID(), s.SpanContext().SpanID())
 			if !in.Scan() || in.Text() != "ok" {
