@@ -3,7 +3,9 @@ package kernels
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -112,6 +114,7 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	for _, err := range c.errs {
 		t.Errorf("%s: %v", label, err)
 	}
+	checkStuck(t, label, c)
 	for _, step := range []string{"oncpu", "correlation", "gocorrelation", "offcpu", "exec", "agent"} {
 		if c.results[step] == nil {
 			t.Errorf("%s: step %s did not report", label, step)
@@ -304,4 +307,35 @@ func checkAgent(t *testing.T, label string, c *console, add func(string, ...any)
 	if float64(s.samples) < 0.9*want || !s.okMain() {
 		t.Errorf("%s: the sink got %d samples of the fixture (want ≥ 90%% of %.0f), %v (want ≥ 99%%)", label, s.samples, want, s)
 	}
+}
+
+// stepLogs are the logs of spanprof each step of guest.sh writes.
+var stepLogs = map[string]string{
+	"oncpu": "oncpu.log", "correlation": "corr.log", "dtvcorrelation": "dtv.log", "gocorrelation": "gocorr.log",
+	"offcpu": "offcpu.log", "execexit": "exec.log", "agent": "agent.log",
+}
+
+// checkStuck fails each step the guest's watchdog had to stop, with what
+// the workload's threads were doing then and spanprof's log, which holds
+// its goroutines' stacks (SIGQUIT).
+func checkStuck(t *testing.T, label string, c *console) {
+	for _, step := range slices.Sorted(maps.Keys(stepLogs)) {
+		r := c.results["stuck-"+step]
+		if r == nil {
+			continue
+		}
+		dump, _ := os.ReadFile(c.path("watchdog-" + step))
+		log, _ := os.ReadFile(c.path(stepLogs[step]))
+		t.Errorf("%s: step %s still ran after %s s and was stopped; its threads then:\n%s\n%s:\n%s",
+			label, step, r["seconds"], dump, stepLogs[step], lastLines(string(log), 400))
+	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = append([]string{fmt.Sprintf("(%d lines before)", len(l)-n)}, l[len(l)-n:]...)
+	}
+	return strings.Join(l, "\n")
 }

@@ -220,10 +220,66 @@ agent() {
 	done
 }
 
+# children: the pids of the workload's programs this script started (the
+# watchdog is a subshell: $$ is still the script's pid there).
+children() {
+	for p in /proc/[0-9]*; do
+		st=$(cat "$p/stat" 2>/dev/null) || continue
+		set -- $st
+		[ "$4" = "$$" ] || continue
+		case "$2" in
+		"(spanprof)" | "(spans)" | "(chain-gcc)" | "(chain-clang)" | "(workload-gcc)" | "(workload-dlopen)" | "(go-service)" | "(sink)")
+			echo "${p#/proc/}" ;;
+		esac
+	done
+}
+
+# watchdog STEP SECONDS: a step that runs longer than SECONDS is stuck.
+# The watchdog writes down what the workload's threads are doing (state,
+# wait channel, system call, kernel stack) and the kernel's last messages,
+# sends spanprof SIGQUIT (the Go runtime writes every goroutine's stack
+# into the step's log) and kills the rest, so the step ends and the
+# script goes on to the next one. A step still running a minute later is
+# stuck beyond that: its dump goes to the console as it is.
+watchdog() {
+	sleep "$2" >/dev/null 2>&1
+	d="$W/watchdog-$1"
+	{
+		echo "step $1 still running after $2 s (uptime $(now) s)"
+		for p in $(children); do
+			echo "--- pid $p $(cat /proc/$p/comm 2>/dev/null)"
+			for t in /proc/$p/task/*; do
+				set -- $(cat "$t/stat" 2>/dev/null)
+				echo "tid ${t##*/} $2 state $3 wchan $(cat "$t/wchan" 2>/dev/null) syscall $(cut -d' ' -f1 "$t/syscall" 2>/dev/null)"
+				sed 's/^/    /' "$t/stack" 2>/dev/null
+			done
+		done
+		echo "--- kernel messages"
+		dmesg 2>/dev/null | tail -n 40
+	} >"$d.tmp" 2>&1
+	mv "$d.tmp" "$d"
+	for p in $(children); do
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = spanprof ] && kill -QUIT $p
+	done
+	sleep 5 >/dev/null 2>&1
+	for p in $(children); do kill -KILL $p 2>/dev/null; done
+	sleep 60 >/dev/null 2>&1
+	echo "=== RESULT stuck-$1 seconds=$2 ended=0"
+	cat "$d"
+}
+
 result start kernel=$(uname -r) arch=$(uname -m) btf=$([ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0)
 for step in ${STEPS:-oncpu correlation dtvcorrelation gocorrelation offcpu execexit agent}; do
 	t0=$(now)
+	watchdog $step ${STEP_SECONDS:-240} &
+	wd=$!
 	$step
+	kill $wd 2>/dev/null
+	wait $wd 2>/dev/null
+	if [ -f "$W/watchdog-$step" ]; then
+		result stuck-$step seconds=${STEP_SECONDS:-240} ended=1
+		emit watchdog-$step "$W/watchdog-$step"
+	fi
 	result time step=$step s=$(echo "$t0 $(now)" | awk '{print $2-$1}')
 done
 result done

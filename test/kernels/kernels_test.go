@@ -146,7 +146,7 @@ func runTarget(t *testing.T, tg target, payloadDir string) {
 	}
 	elapsed := time.Since(started)
 	if err != nil || c.result("done", "") == "" && c.results["done"] == nil {
-		tail, _ := exec.Command("tail", "-n", "60", filepath.Join(out, "console.log")).Output()
+		tail, _ := exec.Command("tail", "-n", "150", filepath.Join(out, "console.log")).Output()
 		if err == nil {
 			err = fmt.Errorf("the workload did not finish")
 		}
