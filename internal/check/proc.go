@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spanprof/spanprof/internal/proc"
 )
@@ -36,6 +37,16 @@ func readProc(procRoot string, pid int) (*procInfo, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read pid %d: %w", pid, err)
+	}
+	// Right after an exec the kernel has switched the executable but not
+	// yet set the new argument area: cmdline reads empty for a moment (11
+	// of 40 reads of a node just started, as soon as exe named node). A
+	// process's flags are judged from its command line, so wait for it.
+	for i := 0; len(cmdline) == 0 && i < 20; i++ {
+		time.Sleep(5 * time.Millisecond)
+		if cmdline, err = os.ReadFile(filepath.Join(dir, "cmdline")); err != nil {
+			return nil, fmt.Errorf("read pid %d: %w", pid, err)
+		}
 	}
 	p := &procInfo{pid: pid, env: map[string]string{}}
 	for _, a := range bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0}) {

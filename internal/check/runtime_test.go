@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// startRuntime starts a real runtime process and waits until its maps
-// show lib (the runtime is loaded), so that check sees what it would see
-// in production.
+// startRuntime starts a real runtime process and waits until it runs its
+// own executable and its maps show lib (the runtime is loaded), so that
+// check sees what it would see in production. (Between fork and exec the
+// child's /proc files are this test's.)
 func startRuntime(t *testing.T, lib string, env []string, name string, args ...string) int {
 	t.Helper()
 	path, err := exec.LookPath(name)
@@ -35,9 +36,14 @@ func startRuntime(t *testing.T, lib string, env []string, name string, args ...s
 		_ = cmd.Wait()
 		os.Remove("/tmp/perf-" + strconv.Itoa(pid) + ".map") // node --perf-basic-prof writes one
 	})
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps"); err == nil && bytes.Contains(b, []byte(lib)) {
+		exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps"); err == nil && exe != "" && exe != self && bytes.Contains(b, []byte(lib)) {
 			return pid
 		}
 		if time.Now().After(deadline) {
