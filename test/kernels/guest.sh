@@ -254,6 +254,8 @@ watchdog() {
 				sed 's/^/    /' "$t/stack" 2>/dev/null
 			done
 		done
+		echo "--- memory"
+		head -n 5 /proc/meminfo
 		echo "--- kernel messages"
 		dmesg 2>/dev/null | tail -n 40
 	} >"$d.tmp" 2>&1
