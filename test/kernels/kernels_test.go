@@ -7,6 +7,7 @@
 // 6.12) for the host's architecture, ARCH/SERIES for another (arm64/6.12),
 // and "host" for the running kernel without qemu. The default is every
 // series of every architecture in arches, and the host.
+// SPANPROF_KERNEL_TIMEOUT bounds one kernel's run (default 12m).
 package kernels
 
 import (
@@ -108,7 +109,15 @@ func TestKernelMatrix(t *testing.T) {
 
 func runTarget(t *testing.T, tg target, payloadDir string) {
 	out := outDir(t, tg)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	timeout := 12 * time.Minute
+	if v := os.Getenv("SPANPROF_KERNEL_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("SPANPROF_KERNEL_TIMEOUT: %v", err)
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var c *console
 	var err error
@@ -150,7 +159,11 @@ func runTarget(t *testing.T, tg target, payloadDir string) {
 		if err == nil {
 			err = fmt.Errorf("the workload did not finish")
 		}
-		t.Fatalf("%s: %v after %v; console tail:\n%s", label, err, elapsed.Round(time.Second), tail)
+		vcpus, _ := os.ReadFile(filepath.Join(out, "vcpus.txt"))
+		if len(vcpus) > 0 {
+			vcpus = append([]byte("\nthe guest's CPUs before the deadline (qemu):\n"), vcpus...)
+		}
+		t.Fatalf("%s: %v after %v; console tail:\n%s%s", label, err, elapsed.Round(time.Second), tail, vcpus)
 	}
 	check(t, label, c, elapsed)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -100,14 +101,36 @@ func (c *console) path(name string) string { return filepath.Join(c.dir, filepat
 
 // boot runs the initramfs under qemu with TCG until the guest powers off or
 // the timeout passes.
+// Shortly before the deadline, a guest still running has its virtual
+// CPUs' registers written to vcpus.txt in dir (qmpDump).
 func boot(ctx context.Context, a arch, kernel, initrd, dir string) (*console, error) {
+	// A unix socket's path must be short: not under the test's directory.
+	qdir, err := os.MkdirTemp("", "qmp")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(qdir)
+	sock := filepath.Join(qdir, "sock")
 	args := append([]string{}, a.qemuArgs...)
-	args = append(args, "-m", "2G", "-smp", "2", "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
+	args = append(args, "-m", "2G", "-smp", strconv.Itoa(guestCPUs), "-display", "none", "-monitor", "none",
+		"-qmp", "unix:"+sock+",server=on,wait=off", "-serial", "stdio", "-no-reboot",
 		"-kernel", kernel, "-initrd", initrd,
 		"-append", "console="+a.console+" panic=-1 quiet loglevel=1 rdinit=/init "+a.kernelArgs)
 	cmd := exec.CommandContext(ctx, a.qemu, args...)
-	return run(cmd, dir)
+	done := make(chan struct{})
+	dumped := make(chan struct{})
+	go func() {
+		defer close(dumped)
+		qmpDump(ctx, sock, filepath.Join(dir, "vcpus.txt"), guestCPUs, done)
+	}()
+	c, err := run(cmd, dir)
+	close(done)
+	<-dumped
+	return c, err
 }
+
+// guestCPUs is the number of virtual CPUs of a guest.
+const guestCPUs = 2
 
 // runHost runs the guest script on the host kernel, without qemu.
 func runHost(ctx context.Context, payloadDir, dir string) (*console, error) {
