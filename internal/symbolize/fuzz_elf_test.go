@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spanprof/spanprof/internal/gopclntab"
 	"github.com/spanprof/spanprof/internal/profile"
 )
 
@@ -49,7 +50,7 @@ func FuzzPclntab(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p, err := FindPclntab(ef)
+		p, err := gopclntab.Find(ef)
 		if err != nil {
 			return
 		}

@@ -165,7 +165,7 @@ func (o *Object) demangle(name string) string {
 
 // size estimates the memory the object holds, for the cache's byte bound:
 // symbol entries with their names, the Go function table and the DWARF
-// tables. The Go pclntab itself is shared (Pclntabs) and counted there.
+// tables. The Go pclntab itself is shared (a gopclntab.Store) and counted there.
 func (o *Object) size() int64 {
 	n := int64(256 + len(o.progs)*80)
 	if o.syms != nil {
