@@ -20,7 +20,7 @@ APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debug
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
 
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
-	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind
+	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps test vet demo demo-trace bench bench-serve soak kernels clean
 

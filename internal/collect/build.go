@@ -274,9 +274,9 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 			fs = []profile.Frame{{Address: addr, Mapping: pm}}
 		} else {
 			if pm.BuildID == "" && pm.HTLHash == "" {
-				obj.FillMapping(pm)
+				setIdentity(pm, obj.Identity())
 			}
-			fs = obj.Frames(nil, pm, addr)
+			fs = objectFrames(nil, obj, pm, addr)
 			if len(fs) == 1 {
 				b.nameByStart(p, m, &fs[0])
 			}
@@ -296,12 +296,12 @@ func (b *builder) vdsoFrames(p *proc.Process, m *proc.Mapping, addr uint64) []pr
 		return []profile.Frame{{Address: addr, Mapping: pm}}
 	}
 	if pm.BuildID == "" {
-		obj.FillMapping(pm)
+		setIdentity(pm, obj.Identity())
 	}
 	if b.opts.Mode == symbolize.ModeNone {
 		return []profile.Frame{{Address: addr, Mapping: pm}}
 	}
-	return obj.Frames(nil, pm, addr)
+	return objectFrames(nil, obj, pm, addr)
 }
 
 // jitFrame names an address in anonymous executable memory from the

@@ -29,8 +29,7 @@ func (f *CFILeafFixer) FunctionStart(p *proc.Process, m *proc.Mapping, addr uint
 	if e.key == "" {
 		return 0, false
 	}
-	pm := profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}
-	vaddr, ok := symbolize.VirtualAddress(e.progs, &pm, addr)
+	vaddr, ok := symbolize.VirtualAddress(e.progs, symMapping(m), addr)
 	if !ok {
 		return 0, false
 	}

@@ -8,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/spanprof/spanprof/internal/proc"
-	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"github.com/spanprof/spanprof/internal/unwind"
@@ -125,8 +124,7 @@ func (f *CFILeafFixer) lookup(p *proc.Process, m *proc.Mapping, k leafKey, ip ui
 	if e.key == "" {
 		return unwind.Rule{}
 	}
-	pm := profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}
-	vaddr, ok := symbolize.VirtualAddress(e.progs, &pm, ip)
+	vaddr, ok := symbolize.VirtualAddress(e.progs, symMapping(m), ip)
 	if !ok {
 		return unwind.Rule{}
 	}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/spanprof/spanprof/internal/proc"
-	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
@@ -150,7 +149,7 @@ func (n *nativeUnwinder) rule(p *proc.Process, pc uint64) unwind.Rule {
 	if o.key == "" {
 		return unwind.Rule{}
 	}
-	vaddr, ok := symbolize.VirtualAddress(o.progs, &profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}, pc)
+	vaddr, ok := symbolize.VirtualAddress(o.progs, symbolize.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}, pc)
 	if !ok {
 		return unwind.Rule{}
 	}

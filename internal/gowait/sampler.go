@@ -332,8 +332,18 @@ func (t *targetState) frame(s *Sampler, p *proc.Process, dst []profile.Frame, pc
 	if err != nil {
 		return append(dst, profile.Frame{Address: pc, Mapping: pm})
 	}
-	obj.FillMapping(pm)
-	return obj.Frames(dst, pm, pc)
+	pm.BuildID, pm.HTLHash = obj.Identity().BuildID, obj.Identity().HTLHash
+	var buf [8]symbolize.Symbol
+	chain := obj.Symbols(buf[:0], symbolize.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}, pc)
+	if len(chain) == 0 {
+		// Unnamed, the frame keeps module and address for exporters.
+		return append(dst, profile.Frame{Address: pc, Mapping: pm})
+	}
+	for _, sym := range chain {
+		dst = append(dst, profile.Frame{Address: pc, Mapping: pm, Function: sym.Function,
+			File: sym.File, Line: sym.Line, Inlined: sym.Inlined})
+	}
+	return dst
 }
 
 func (t *targetState) mapping(m *proc.Mapping) *profile.Mapping {

@@ -178,7 +178,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	} else if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
 		log.Warn("kernel frames stay unsymbolized", "error", err)
 	} else {
-		opts.Kernel = k
+		opts.Kernel = collect.KernelFrames(k)
 	}
 	if c := parts.Correlator; c != nil {
 		opts.Resource = func(pid uint32) (string, map[string]string) {

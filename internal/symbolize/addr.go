@@ -2,13 +2,21 @@ package symbolize
 
 import (
 	"debug/elf"
-
-	"github.com/spanprof/spanprof/internal/profile"
 )
+
+// Mapping is what symbolization needs of a process's mapping of a file:
+// where the mapping starts and ends in the process and the file offset it
+// was loaded from. Callers convert their own mapping types (proc.Mapping,
+// profile.Mapping) to it, so this package depends on neither.
+type Mapping struct {
+	// Start and Limit bound the mapping; Limit 0 leaves it unbounded.
+	Start, Limit uint64
+	Offset       uint64
+}
 
 // FileOffset returns the file offset that runtime address addr of mapping
 // m was loaded from.
-func FileOffset(m *profile.Mapping, addr uint64) uint64 {
+func FileOffset(m Mapping, addr uint64) uint64 {
 	return addr - m.Start + m.Offset
 }
 
@@ -18,7 +26,7 @@ func FileOffset(m *profile.Mapping, addr uint64) uint64 {
 // which gives the address independently of where the loader put the
 // object (PIE, shared libraries, prelinked or not). ok is false when the
 // address is outside the mapping or in no loadable file-backed segment.
-func VirtualAddress(progs []*elf.Prog, m *profile.Mapping, addr uint64) (vaddr uint64, ok bool) {
+func VirtualAddress(progs []*elf.Prog, m Mapping, addr uint64) (vaddr uint64, ok bool) {
 	if addr < m.Start || (m.Limit != 0 && addr >= m.Limit) {
 		return 0, false
 	}

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/spanprof/spanprof/internal/profile"
 )
 
 func TestELFSymbols(t *testing.T) {
@@ -144,21 +142,21 @@ func TestVirtualAddress(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		m      profile.Mapping
+		m      Mapping
 		addr   uint64
 		want   uint64
 		wantOK bool
 	}{
-		{"text of shared library", profile.Mapping{Start: 0x7f0000026000, Limit: 0x7f000017c000, Offset: 0x26000}, 0x7f0000031234, 0x31234, true},
-		{"segment with vaddr != offset", profile.Mapping{Start: 0x7f00001cf000, Limit: 0x7f00001d5000, Offset: 0x1cf000}, 0x7f00001cf900, 0x1d0900, true},
-		{"non-PIE executable", profile.Mapping{Start: 0x26000, Limit: 0x17c000, Offset: 0x26000}, 0x30000, 0x30000, true},
-		{"below mapping", profile.Mapping{Start: 0x7f0000026000, Limit: 0x7f000017c000, Offset: 0x26000}, 0x7f0000025000, 0, false},
-		{"past mapping", profile.Mapping{Start: 0x7f0000026000, Limit: 0x7f000017c000, Offset: 0x26000}, 0x7f000017c000, 0, false},
-		{"gap between segments", profile.Mapping{Start: 0x1000, Limit: 0x100000, Offset: 0}, 0x26800, 0, false},
+		{"text of shared library", Mapping{Start: 0x7f0000026000, Limit: 0x7f000017c000, Offset: 0x26000}, 0x7f0000031234, 0x31234, true},
+		{"segment with vaddr != offset", Mapping{Start: 0x7f00001cf000, Limit: 0x7f00001d5000, Offset: 0x1cf000}, 0x7f00001cf900, 0x1d0900, true},
+		{"non-PIE executable", Mapping{Start: 0x26000, Limit: 0x17c000, Offset: 0x26000}, 0x30000, 0x30000, true},
+		{"below mapping", Mapping{Start: 0x7f0000026000, Limit: 0x7f000017c000, Offset: 0x26000}, 0x7f0000025000, 0, false},
+		{"past mapping", Mapping{Start: 0x7f0000026000, Limit: 0x7f000017c000, Offset: 0x26000}, 0x7f000017c000, 0, false},
+		{"gap between segments", Mapping{Start: 0x1000, Limit: 0x100000, Offset: 0}, 0x26800, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := VirtualAddress(progs, &tt.m, tt.addr)
+			got, ok := VirtualAddress(progs, tt.m, tt.addr)
 			if got != tt.want || ok != tt.wantOK {
 				t.Errorf("VirtualAddress(%#x) = %#x, %v; want %#x, %v", tt.addr, got, ok, tt.want, tt.wantOK)
 			}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 // Symbol sources come from any file a sampled process maps: parsing must
@@ -28,10 +28,10 @@ func FuzzSymbolizeELF(f *testing.F) {
 		if err != nil {
 			return
 		}
-		m := &profile.Mapping{Start: 0x400000, Limit: 0x800000, Path: "/fuzz/obj"}
-		o.FillMapping(m)
+		m := Mapping{Start: 0x400000, Limit: 0x800000}
+		_ = o.Identity()
 		for _, addr := range []uint64{0x400000, 0x401000, 0x401234, 0x7fffff} {
-			_ = o.Frames(nil, m, addr)
+			_ = o.Symbols(nil, m, addr)
 		}
 		if ef, err := elf.NewFile(bytes.NewReader(data)); err == nil {
 			for _, sec := range ef.Sections {
@@ -49,7 +49,7 @@ func FuzzPclntab(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p, err := FindPclntab(ef)
+		p, err := gopclntab.Find(ef)
 		if err != nil {
 			return
 		}
@@ -74,7 +74,7 @@ func FuzzKallsyms(f *testing.F) {
 		}
 		for _, a := range []uint64{0, 0xffffffff81000000, 0xffffffff81000011, ^uint64(0)} {
 			k.Lookup(a)
-			k.Frames(nil, a)
+			k.Resolve(a)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/spanprof/spanprof/internal/elfmutate"
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 // TestReliabilityMutatedELF runs the readers over deterministic
@@ -21,7 +22,7 @@ func TestReliabilityMutatedELF(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			if p, err := FindPclntab(ef); err == nil {
+			if p, err := gopclntab.Find(ef); err == nil {
 				_, _ = newGoTable(p)
 			}
 			st := newSymtab(ef)

@@ -11,8 +11,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-
-	"github.com/spanprof/spanprof/internal/profile"
 )
 
 // ErrKptrRestricted means /proc/kallsyms shows zero addresses.
@@ -28,7 +26,7 @@ type ksym struct {
 	addr    uint64
 	nameOff uint32
 	nameLen uint16 // bit 15 marks a __pfx_ symbol (pfxPrefix is not stored)
-	mod     uint16 // index into Kallsyms.mappings; bit 15 marks non-text
+	mod     uint16 // index into Kallsyms.modules; bit 15 marks non-text
 }
 
 const (
@@ -50,8 +48,18 @@ const pfxPrefix = "__pfx_"
 type Kallsyms struct {
 	syms  []ksym
 	names []byte
-	// mappings[0] is the kernel image; the others are modules.
-	mappings []*profile.Mapping
+	// modules[0] is the kernel image; the others are loaded modules.
+	modules []Module
+}
+
+// Module is the kernel image or a loaded module, as frames name it.
+type Module struct {
+	// Path is "[kernel.kallsyms]" for the image, "[name]" for a module.
+	Path string
+	// BuildID is the GNU build ID from /sys, empty when unreadable.
+	BuildID string
+	// Start and Limit bound the addresses of the module's symbols.
+	Start, Limit uint64
 }
 
 // LoadKallsyms reads a kallsyms file (normally /proc/kallsyms).
@@ -66,9 +74,10 @@ func LoadKallsyms(path string) (*Kallsyms, error) {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
 	if id := kernelNoteBuildID("/sys/kernel/notes"); id != "" {
-		k.mappings[0].BuildID = id
+		k.modules[0].BuildID = id
 	}
-	for _, m := range k.mappings[1:] {
+	for i := range k.modules[1:] {
+		m := &k.modules[1+i]
 		mod := m.Path[1 : len(m.Path)-1]
 		m.BuildID = kernelNoteBuildID("/sys/module/" + mod + "/notes/.note.gnu.build-id")
 	}
@@ -76,7 +85,7 @@ func LoadKallsyms(path string) (*Kallsyms, error) {
 }
 
 func parseKallsyms(r io.Reader) (*Kallsyms, error) {
-	k := &Kallsyms{mappings: []*profile.Mapping{{Path: "[kernel.kallsyms]", Kernel: true}}}
+	k := &Kallsyms{modules: []Module{{Path: "[kernel.kallsyms]"}}}
 	mods := map[string]uint16{}
 	k.syms = make([]ksym, 0, 1<<17)
 	k.names = make([]byte, 0, 4<<20)
@@ -96,9 +105,9 @@ func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 		if len(module) > 0 {
 			idx, ok := mods[string(module)]
 			if !ok {
-				idx = uint16(len(k.mappings))
+				idx = uint16(len(k.modules))
 				mods[string(module)] = idx
-				k.mappings = append(k.mappings, &profile.Mapping{Path: "[" + string(module) + "]", Kernel: true})
+				k.modules = append(k.modules, Module{Path: "[" + string(module) + "]"})
 			}
 			mod = idx
 		}
@@ -143,7 +152,7 @@ func parseKallsyms(r io.Reader) (*Kallsyms, error) {
 		slices.SortStableFunc(k.syms, byAddr)
 	}
 	for _, s := range k.syms {
-		m := k.mappings[s.mod&^ksymNotText]
+		m := &k.modules[s.mod&^ksymNotText]
 		if m.Start == 0 || s.addr < m.Start {
 			m.Start = s.addr
 		}
@@ -201,7 +210,7 @@ func (k *Kallsyms) Lookup(addr uint64) (name, module string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
-	m := k.mappings[s.mod]
+	m := k.modules[s.mod]
 	if s.mod != 0 {
 		module = m.Path[1 : len(m.Path)-1]
 	}
@@ -244,16 +253,19 @@ func (k *Kallsyms) Address(name string) (uint64, bool) {
 	return 0, false
 }
 
-// Frames appends the frame of a kernel address to dst. Its Mapping is the
-// Kallsyms' own mapping of the kernel image or of the module, shared by
-// all frames of that module, with the build ID from /sys when readable.
-func (k *Kallsyms) Frames(dst []profile.Frame, addr uint64) []profile.Frame {
-	f := profile.Frame{Address: addr, Mapping: k.mappings[0]}
-	if s, ok := k.find(addr); ok {
-		f.Function = k.name(s)
-		f.Mapping = k.mappings[s.mod]
+// Modules returns the kernel image (index 0) and the modules, indexed as
+// Resolve names them. The slice is the Kallsyms' own: read it only.
+func (k *Kallsyms) Modules() []Module { return k.modules }
+
+// Resolve returns the kernel function containing addr and the index of
+// its module in Modules. ok is false when no function holds addr (Lookup);
+// module is then 0, the kernel image.
+func (k *Kallsyms) Resolve(addr uint64) (name string, module int, ok bool) {
+	s, ok := k.find(addr)
+	if !ok {
+		return "", 0, false
 	}
-	return append(dst, f)
+	return k.name(s), int(s.mod), true
 }
 
 // kernelNoteBuildID reads the GNU build ID from a raw ELF note file such

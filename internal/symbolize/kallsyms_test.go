@@ -40,9 +40,11 @@ ffffffffc0001100 t nf_other	[nf_tables]
 			t.Errorf("Lookup(%#x) = %q, %q, %v; want %q, %q, %v", tt.addr, name, module, ok, tt.name, tt.module, tt.ok)
 		}
 	}
-	f := k.Frames(nil, 0xffffffffc0001010)
-	if f[0].Mapping.Path != "[nf_tables]" || !f[0].Mapping.Kernel {
-		t.Errorf("module frame mapping = %+v", f[0].Mapping)
+	if name, mod, ok := k.Resolve(0xffffffffc0001010); !ok || name != "nf_hook" || k.Modules()[mod].Path != "[nf_tables]" {
+		t.Errorf("Resolve(module address) = %q, module %d (%+v), %v; want nf_hook in [nf_tables]", name, mod, k.Modules(), ok)
+	}
+	if _, mod, ok := k.Resolve(0xffffffff80000000); ok || mod != 0 || k.Modules()[0].Path != "[kernel.kallsyms]" {
+		t.Errorf("Resolve(unknown address) = module %d, %v; want the kernel image, not found", mod, ok)
 	}
 
 	_, err = parseKallsyms(strings.NewReader("0000000000000000 T _stext\n0000000000000000 T schedule\n"))
@@ -70,9 +72,8 @@ func TestProcKallsyms(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat("/sys/kernel/notes"); err == nil {
-		f := k.Frames(nil, 0)
-		if len(f[0].Mapping.BuildID) != 40 {
-			t.Errorf("kernel build ID = %q, want 40 hex digits", f[0].Mapping.BuildID)
+		if id := k.Modules()[0].BuildID; len(id) != 40 {
+			t.Errorf("kernel build ID = %q, want 40 hex digits", id)
 		}
 	}
 }

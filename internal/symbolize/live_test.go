@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/spanprof/spanprof/internal/profile"
 )
 
 // startAddrs runs a fixture in its "addrs" mode and returns its pid and
@@ -52,7 +50,7 @@ func startAddrs(t *testing.T, path string, n int) (int, map[string]uint64) {
 
 // mappingOf finds the /proc/PID/maps line containing addr, the way the
 // process tracker will.
-func mappingOf(t *testing.T, pid int, addr uint64) *profile.Mapping {
+func mappingOf(t *testing.T, pid int, addr uint64) liveMapping {
 	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
@@ -70,11 +68,17 @@ func mappingOf(t *testing.T, pid int, addr uint64) *profile.Mapping {
 		limit, _ := strconv.ParseUint(hi, 16, 64)
 		off, _ := strconv.ParseUint(fs[2], 16, 64)
 		if addr >= start && addr < limit {
-			return &profile.Mapping{Start: start, Limit: limit, Offset: off, Path: fs[5]}
+			return liveMapping{Mapping{Start: start, Limit: limit, Offset: off}, fs[5]}
 		}
 	}
 	t.Fatalf("no mapping of pid %d contains %#x", pid, addr)
-	return nil
+	return liveMapping{}
+}
+
+// liveMapping is one line of /proc/PID/maps: the range and the path.
+type liveMapping struct {
+	Mapping
+	Path string
 }
 
 // TestLiveProcess symbolizes running PIE, non-PIE, stripped and Go
@@ -124,28 +128,28 @@ func TestLiveProcess(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					obj.FillMapping(m)
-					if m.BuildID == "" && m.HTLHash == "" {
-						t.Error("mapping has neither build ID nor HTL hash")
+					if id := obj.Identity(); id.BuildID == "" && id.HTLHash == "" {
+						t.Error("object has neither build ID nor HTL hash")
 					}
-					frames := obj.Frames(nil, m, addr+1)
-					if len(frames) != 1 || frames[0].Function != fn || frames[0].Mapping != m || frames[0].Address != addr+1 {
-						t.Errorf("%s: Frames(%s+1) = %+v", open, fn, frames)
+					frames := obj.Symbols(nil, m.Mapping, addr+1)
+					if len(frames) != 1 || frames[0].Function != fn {
+						t.Errorf("%s: Symbols(%s+1) = %+v", open, fn, frames)
+						continue
 					}
 					if strings.HasPrefix(fn, "main.") && (!strings.HasSuffix(frames[0].File, "main.go") || frames[0].Line == 0) {
 						t.Errorf("%s: %s at %s:%d, want goprog/main.go", open, fn, frames[0].File, frames[0].Line)
 					}
 				}
 			}
-			// An address outside every segment keeps module + address.
+			// An address outside the mapping gets no name (the collector
+			// keeps module + address).
 			m := mappingOf(t, pid, addrs[tt.funcs[0]])
 			obj, err := s.Open(fmt.Sprintf("/proc/%d/root%s", pid, m.Path), m.Path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := obj.Frames(nil, m, m.Limit+0x1000)
-			if f[0].Function != "" || f[0].Mapping != m || f[0].Address != m.Limit+0x1000 {
-				t.Errorf("out-of-mapping frame = %+v", f[0])
+			if f := obj.Symbols(nil, m.Mapping, m.Limit+0x1000); len(f) != 0 {
+				t.Errorf("out-of-mapping symbols = %+v, want none", f)
 			}
 		})
 	}

@@ -6,8 +6,6 @@ import (
 	"sync"
 
 	"github.com/ianlancetaylor/demangle"
-
-	"github.com/spanprof/spanprof/internal/profile"
 )
 
 // Object is one parsed ELF file, shared by every process that maps it.
@@ -42,15 +40,9 @@ type Symbol struct {
 	Inlined bool
 }
 
-// Identity returns the build ID or content hash of the object.
+// Identity returns the build ID or content hash of the object, which
+// exporters name the mapping by (process.executable.build_id.*).
 func (o *Object) Identity() Identity { return o.id }
-
-// FillMapping copies the object's identity into m, as exporters need it
-// for the process.executable.build_id.* mapping attributes.
-func (o *Object) FillMapping(m *profile.Mapping) {
-	m.BuildID = o.id.BuildID
-	m.HTLHash = o.id.HTLHash
-}
 
 // IsGo reports whether the object has a Go pclntab.
 func (o *Object) IsGo() bool { return o.gotab != nil }
@@ -60,7 +52,7 @@ func (o *Object) NumSymbols() int { return o.syms.len() }
 
 // VirtualAddress translates a runtime address of mapping m to an ELF
 // virtual address of this object.
-func (o *Object) VirtualAddress(m *profile.Mapping, addr uint64) (uint64, bool) {
+func (o *Object) VirtualAddress(m Mapping, addr uint64) (uint64, bool) {
 	return VirtualAddress(o.progs, m, addr)
 }
 
@@ -122,26 +114,17 @@ func (o *Object) LookupInlined(vaddr uint64, dst []Symbol) []Symbol {
 	return dst
 }
 
-// Frames appends the frames of runtime address addr in mapping m to dst,
-// innermost inlined function first. The frames' Mapping is m itself, so
-// the caller owns the mapping values (and should have called FillMapping
-// on it). An address that cannot be symbolized still yields a frame with
-// Address and Mapping set, so exporters can show module and offset.
-func (o *Object) Frames(dst []profile.Frame, m *profile.Mapping, addr uint64) []profile.Frame {
+// Symbols appends to dst the call chain at runtime address addr of
+// mapping m, innermost inlined function first (LookupInlined of the
+// address's ELF virtual address). It appends nothing when the address is
+// outside m, in no loadable segment, or known to no table: the caller
+// keeps such a frame as an address in its mapping, never a guessed name.
+func (o *Object) Symbols(dst []Symbol, m Mapping, addr uint64) []Symbol {
 	vaddr, ok := o.VirtualAddress(m, addr)
 	if !ok {
-		return append(dst, profile.Frame{Address: addr, Mapping: m})
+		return dst
 	}
-	var buf [8]Symbol
-	chain := o.LookupInlined(vaddr, buf[:0])
-	if len(chain) == 0 {
-		return append(dst, profile.Frame{Address: addr, Mapping: m})
-	}
-	for _, s := range chain {
-		dst = append(dst, profile.Frame{Address: addr, Mapping: m, Function: s.Function,
-			File: s.File, Line: s.Line, Inlined: s.Inlined})
-	}
-	return dst
+	return o.LookupInlined(vaddr, dst)
 }
 
 // demangle turns C++ and Rust names into readable ones, memoized because
@@ -165,7 +148,7 @@ func (o *Object) demangle(name string) string {
 
 // size estimates the memory the object holds, for the cache's byte bound:
 // symbol entries with their names, the Go function table and the DWARF
-// tables. The Go pclntab itself is shared (Pclntabs) and counted there.
+// tables. The Go pclntab itself is shared (a gopclntab.Store) and counted there.
 func (o *Object) size() int64 {
 	n := int64(256 + len(o.progs)*80)
 	if o.syms != nil {

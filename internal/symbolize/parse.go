@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"sync/atomic"
+
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 // DebugFetcher fetches separate debug files by build ID out of band
@@ -105,14 +107,14 @@ func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, key, openPath
 		}
 	}
 	o.syms = newSymtab(files...)
-	if pt, err := s.pcln.Claim(key, func() (*Pclntab, error) { return FindPclntab(ef) }); err == nil {
+	if pt, err := s.pcln.Claim(key, func() (*gopclntab.Table, error) { return gopclntab.Find(ef) }); err == nil {
 		gt, err := newGoTable(pt)
 		if err != nil {
 			s.pcln.Release(key)
 			return nil, err
 		}
 		o.gotab = gt
-	} else if !errors.Is(err, ErrNoPclntab) {
+	} else if !errors.Is(err, gopclntab.ErrNotFound) {
 		return nil, err
 	}
 	// Go binaries have file and line in the pclntab; their DWARF would

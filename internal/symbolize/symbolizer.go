@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 // Options configures a Symbolizer.
@@ -51,7 +53,7 @@ type Options struct {
 	// Pclntabs, when set, shares Go pclntabs with other caches of the
 	// same binaries (the unwind tables); nil gives the Symbolizer a store
 	// of its own, which Pclntabs returns.
-	Pclntabs *Pclntabs
+	Pclntabs *gopclntab.Store
 }
 
 // DefaultIdleTimeout is how long a parsed object stays unused before Trim
@@ -116,7 +118,7 @@ type Symbolizer struct {
 
 	// pcln holds the Go pclntabs of the cached objects; what it is
 	// charged counts towards MaxBytes.
-	pcln *PclntabHolder
+	pcln *gopclntab.Holder
 
 	mu      sync.Mutex
 	objects *lru[string, *objectEntry]   // object key → parsed object
@@ -171,7 +173,7 @@ func New(log *slog.Logger, opts Options) *Symbolizer {
 		opts.Now = time.Now
 	}
 	if opts.Pclntabs == nil {
-		opts.Pclntabs = NewPclntabs()
+		opts.Pclntabs = gopclntab.NewStore()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -392,7 +394,7 @@ func (s *Symbolizer) Bytes() int64 {
 
 // Pclntabs returns the store the Symbolizer keeps Go pclntabs in, for
 // other caches of the same binaries to share (unwind.CacheOptions).
-func (s *Symbolizer) Pclntabs() *Pclntabs { return s.opts.Pclntabs }
+func (s *Symbolizer) Pclntabs() *gopclntab.Store { return s.opts.Pclntabs }
 
 // debugArrived reports whether the object of e waited for a debug file
 // that the fetcher now has, so it is worth parsing again.

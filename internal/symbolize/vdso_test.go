@@ -4,8 +4,6 @@ import (
 	"debug/elf"
 	"os"
 	"testing"
-
-	"github.com/spanprof/spanprof/internal/profile"
 )
 
 // TestVDSONamesFunctions copies this process's vDSO and names an address
@@ -32,13 +30,13 @@ func TestVDSONamesFunctions(t *testing.T) {
 	if !v.Covers(base, base+v.size) || v.Covers(0xf7fc0000, 0xf7fc0000+v.size) || v.Covers(base, base+v.size+4096) {
 		t.Error("Covers: want 64-bit mappings of the image's size only")
 	}
-	m := &profile.Mapping{Start: base, Limit: base + v.size, Path: "[vdso]"}
+	m := Mapping{Start: base, Limit: base + v.size}
 	s := New(nil, Options{})
 	obj, err := s.Open(v.Path(), "[vdso]")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if obj.FillMapping(m); m.BuildID == "" {
+	if obj.Identity().BuildID == "" {
 		t.Error("no build ID for the vDSO")
 	}
 	named := 0
@@ -46,7 +44,7 @@ func TestVDSONamesFunctions(t *testing.T) {
 		if elf.ST_TYPE(sym.Info) != elf.STT_FUNC || sym.Size == 0 {
 			continue
 		}
-		fs := obj.Frames(nil, m, base+sym.Value+sym.Size/2)
+		fs := obj.Symbols(nil, m, base+sym.Value+sym.Size/2)
 		if len(fs) == 0 || fs[0].Function == "" {
 			t.Errorf("%s: frames %+v", sym.Name, fs)
 			continue

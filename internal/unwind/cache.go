@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 // Cache shares tables between processes by file identity (the GNU build
@@ -19,7 +19,7 @@ type Cache struct {
 	// pcln holds the Go pclntabs of the cached tables, shared with the
 	// symbolizer when both use one store; what it is charged counts
 	// towards MaxBytes.
-	pcln *symbolize.PclntabHolder
+	pcln *gopclntab.Holder
 
 	mu    sync.Mutex
 	bytes int64      // the entries' size, shared pclntabs not included
@@ -46,7 +46,7 @@ type CacheOptions struct {
 	// Pclntabs shares Go pclntabs with the symbolizer
 	// (symbolize.Symbolizer.Pclntabs); nil keeps a store of the cache's
 	// own.
-	Pclntabs *symbolize.Pclntabs
+	Pclntabs *gopclntab.Store
 }
 
 type cacheEntry struct {
@@ -86,7 +86,7 @@ func NewCache(log *slog.Logger, opts CacheOptions) *Cache {
 		opts.Now = time.Now
 	}
 	if opts.Pclntabs == nil {
-		opts.Pclntabs = symbolize.NewPclntabs()
+		opts.Pclntabs = gopclntab.NewStore()
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -197,8 +197,8 @@ func (c *Cache) Table(key, openPath string) (*Table, error) {
 // from the shared store under key; claimed says whether the table holds
 // a claim.
 func (c *Cache) open(key, openPath string) (t *Table, claimed bool, err error) {
-	t, err = openTableWith(openPath, func(f *elf.File) (*symbolize.Pclntab, error) {
-		p, err := c.pcln.Claim(key, func() (*symbolize.Pclntab, error) { return symbolize.FindPclntab(f) })
+	t, err = openTableWith(openPath, func(f *elf.File) (*gopclntab.Table, error) {
+		p, err := c.pcln.Claim(key, func() (*gopclntab.Table, error) { return gopclntab.Find(f) })
 		claimed = err == nil
 		return p, err
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/gopclntab"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
@@ -146,7 +147,7 @@ func TestPclntabShared(t *testing.T) {
 	if id.BuildID == "" {
 		t.Fatalf("%s has no GNU build ID", path)
 	}
-	store := symbolize.NewPclntabs()
+	store := gopclntab.NewStore()
 	sym := symbolize.New(nil, symbolize.Options{Pclntabs: store, MaxObjects: 1})
 	if _, err := sym.Open(path, path); err != nil {
 		t.Fatal(err)
@@ -161,7 +162,7 @@ func TestPclntabShared(t *testing.T) {
 		t.Fatal("the Go binary's table has no pclntab")
 	}
 	// What the store holds is what the symbolizer read.
-	p, err := store.Holder().Claim(id.Key(), func() (*symbolize.Pclntab, error) {
+	p, err := store.Holder().Claim(id.Key(), func() (*gopclntab.Table, error) {
 		return nil, errors.New("the store lost the symbolizer's pclntab")
 	})
 	if err != nil {

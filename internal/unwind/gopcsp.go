@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 // goFuncFlagAsm marks assembly functions (abi.FuncFlagAsm, Go 1.21+);
@@ -30,7 +30,7 @@ type goFrames struct {
 	flagOff   int // offset of _func.flag
 }
 
-func newGoFrames(p *symbolize.Pclntab) (*goFrames, error) {
+func newGoFrames(p *gopclntab.Table) (*goFrames, error) {
 	d := p.Data
 	if len(d) < 72 || d[7] != 8 {
 		return nil, fmt.Errorf("pclntab header: %w", errCFI)

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
@@ -85,7 +84,7 @@ func TestRecoverLiveLeaf(t *testing.T) {
 			continue // in libc or the loader
 		}
 		inText++
-		vaddr, ok := syms.VirtualAddress(m, regs.Rip)
+		vaddr, ok := syms.VirtualAddress(*m, regs.Rip)
 		if !ok {
 			t.Fatalf("rip %#x not in a segment", regs.Rip)
 		}
@@ -105,7 +104,7 @@ func TestRecoverLiveLeaf(t *testing.T) {
 			}
 			continue
 		}
-		raVaddr, _ := syms.VirtualAddress(m, ra)
+		raVaddr, _ := syms.VirtualAddress(*m, ra)
 		caller, _ := syms.Lookup(raVaddr)
 		if want := callers[fn.Function]; want != "" && caller.Function != want {
 			t.Errorf("%s (%v): recovered caller %q, want %q", fn.Function, rule, caller.Function, want)
@@ -125,7 +124,7 @@ func TestRecoverLiveLeaf(t *testing.T) {
 
 // textMapping returns the executable mapping of the fixture containing
 // addr, or nil when addr is in another file.
-func textMapping(t *testing.T, pid int, addr uint64) *profile.Mapping {
+func textMapping(t *testing.T, pid int, addr uint64) *symbolize.Mapping {
 	t.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
@@ -141,7 +140,7 @@ func textMapping(t *testing.T, pid int, addr uint64) *profile.Mapping {
 		limit, _ := strconv.ParseUint(hi, 16, 64)
 		off, _ := strconv.ParseUint(f[2], 16, 64)
 		if addr >= start && addr < limit {
-			return &profile.Mapping{Start: start, Limit: limit, Offset: off, Path: f[5]}
+			return &symbolize.Mapping{Start: start, Limit: limit, Offset: off}
 		}
 	}
 	return nil

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 // maxCachedFuncs bounds the per-binary cache of evaluated functions; when
@@ -23,7 +23,7 @@ type Table struct {
 	size int64
 	// pcln is the Go pclntab of a Go binary's table, which a Cache
 	// shares with the symbolizer.
-	pcln *symbolize.Pclntab
+	pcln *gopclntab.Table
 
 	mu    sync.Mutex
 	funcs map[uint64][]row // function start → rows
@@ -41,12 +41,12 @@ type source interface {
 // NewTable indexes the unwind information of f. It keeps the frame
 // sections in memory and closes nothing: f may be closed afterwards.
 func NewTable(f *elf.File) (*Table, error) {
-	return newTable(f, func() (*symbolize.Pclntab, error) { return symbolize.FindPclntab(f) })
+	return newTable(f, func() (*gopclntab.Table, error) { return gopclntab.Find(f) })
 }
 
 // newTable is NewTable with f's Go pclntab from pclntab: read from f, or
-// the copy a Pclntabs store shares.
-func newTable(f *elf.File, pclntab func() (*symbolize.Pclntab, error)) (*Table, error) {
+// the copy a gopclntab.Store shares.
+func newTable(f *elf.File, pclntab func() (*gopclntab.Table, error)) (*Table, error) {
 	t := &Table{funcs: map[uint64][]row{}}
 	isGo := false
 	if p, err := pclntab(); err == nil {
@@ -58,7 +58,7 @@ func newTable(f *elf.File, pclntab func() (*symbolize.Pclntab, error)) (*Table, 
 		t.size += p.Size()
 		t.pcln = p
 		isGo = true
-	} else if !errors.Is(err, symbolize.ErrNoPclntab) {
+	} else if !errors.Is(err, gopclntab.ErrNotFound) {
 		return nil, err
 	}
 	a, known := archOf(f.Machine)
@@ -107,18 +107,18 @@ func (t *Table) Size() int64 {
 
 // OpenTable reads the unwind information of the ELF file at path.
 func OpenTable(path string) (*Table, error) {
-	return openTableWith(path, symbolize.FindPclntab)
+	return openTableWith(path, gopclntab.Find)
 }
 
 // openTableWith is OpenTable with the Go pclntab of the file from pclntab:
-// read from it, or the copy a Pclntabs store shares.
-func openTableWith(path string, pclntab func(*elf.File) (*symbolize.Pclntab, error)) (*Table, error) {
+// read from it, or the copy a gopclntab.Store shares.
+func openTableWith(path string, pclntab func(*elf.File) (*gopclntab.Table, error)) (*Table, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open elf %s: %w", path, err)
 	}
 	defer f.Close()
-	return newTable(f, func() (*symbolize.Pclntab, error) { return pclntab(f) })
+	return newTable(f, func() (*gopclntab.Table, error) { return pclntab(f) })
 }
 
 // RuleAt returns the CFA rule at ELF virtual address vaddr (translate

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
-	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
 const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
@@ -164,7 +164,7 @@ func TestGoPcsp(t *testing.T) {
 			if f.Section(".eh_frame") != nil {
 				t.Fatalf("%s has .eh_frame", bin)
 			}
-			p, err := symbolize.FindPclntab(f)
+			p, err := gopclntab.Find(f)
 			if err != nil {
 				t.Fatal(err)
 			}

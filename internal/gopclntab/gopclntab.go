@@ -1,23 +1,26 @@
-package symbolize
+// Package gopclntab locates the function table (pclntab) of Go binaries
+// and shares it between the caches that read it: the symbolizer
+// (functions, files, lines) and the unwinder (SP deltas). Both stages need
+// the same bytes, so the table lives in a package below either.
+package gopclntab
 
 import (
 	"bytes"
 	"debug/elf"
-	"debug/gosym"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 )
 
-// ErrNoPclntab is returned for files that are not Go binaries.
-var ErrNoPclntab = errors.New("no Go pclntab")
+// ErrNotFound is returned for files that are not Go binaries.
+var ErrNotFound = errors.New("no Go pclntab")
 
 // pclntab magics, newest first (Go 1.20+, 1.18, 1.16, 1.2).
 var pclnMagics = []uint32{0xfffffff1, 0xfffffff0, 0xfffffffa, 0xfffffffb}
 
-// Pclntab is a located Go function table.
-type Pclntab struct {
+// Table is a located Go function table.
+type Table struct {
 	// Data starts at the pcHeader.
 	Data []byte
 	// Addr is the virtual address of Data.
@@ -27,11 +30,11 @@ type Pclntab struct {
 	TextStart uint64
 }
 
-// FindPclntab locates the Go function table of f: by the .gopclntab
+// Find locates the Go function table of f: by the .gopclntab
 // section, or, in binaries whose section headers are gone, by scanning
 // the read-only segments for the pcHeader magic. Go's -s -w only drops
 // .symtab and DWARF, so the section is the usual path.
-func FindPclntab(f *elf.File) (*Pclntab, error) {
+func Find(f *elf.File) (*Table, error) {
 	s := f.Section(".gopclntab")
 	if s == nil {
 		// External linking of PIE places it in the RELRO segment.
@@ -43,12 +46,12 @@ func FindPclntab(f *elf.File) (*Pclntab, error) {
 			return nil, fmt.Errorf("read .gopclntab: %w", err)
 		}
 		if !validPclnHeader(data) {
-			return nil, fmt.Errorf("read .gopclntab: bad header: %w", ErrNoPclntab)
+			return nil, fmt.Errorf("read .gopclntab: bad header: %w", ErrNotFound)
 		}
-		return &Pclntab{Data: data, Addr: s.Addr, TextStart: textStart(f, data, s.Addr)}, nil
+		return &Table{Data: data, Addr: s.Addr, TextStart: textStart(f, data, s.Addr)}, nil
 	}
 	if len(f.Sections) > 0 && !isGoBinary(f) {
-		return nil, ErrNoPclntab
+		return nil, ErrNotFound
 	}
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X != 0 {
@@ -63,11 +66,11 @@ func FindPclntab(f *elf.File) (*Pclntab, error) {
 		for off := 0; off+16 <= len(data); off += 8 {
 			if validPclnHeader(data[off:]) {
 				d := data[off:]
-				return &Pclntab{Data: d, Addr: p.Vaddr + uint64(off), TextStart: textStart(f, d, p.Vaddr+uint64(off))}, nil
+				return &Table{Data: d, Addr: p.Vaddr + uint64(off), TextStart: textStart(f, d, p.Vaddr+uint64(off))}, nil
 			}
 		}
 	}
-	return nil, ErrNoPclntab
+	return nil, ErrNotFound
 }
 
 // maxSegmentScan bounds the segment read when looking for a pclntab
@@ -202,41 +205,6 @@ func executable(f *elf.File, start, end uint64) bool {
 		}
 	}
 	return false
-}
-
-// goTable resolves Go functions, files and lines.
-type goTable struct {
-	tab *gosym.Table
-	// pcln is the pclntab that tab reads (kept whole: gosym reads it
-	// lazily), shared with the unwind tables through Pclntabs.
-	pcln *Pclntab
-}
-
-// size estimates the memory of the table without its pclntab, which the
-// Pclntabs store accounts for.
-func (t *goTable) size() int64 { return int64(len(t.tab.Funcs)) * 200 }
-
-func newGoTable(p *Pclntab) (*goTable, error) {
-	lt := gosym.NewLineTable(p.Data, p.TextStart)
-	tab, err := gosym.NewTable(nil, lt)
-	if err != nil {
-		return nil, fmt.Errorf("parse pclntab: %w", err)
-	}
-	if len(tab.Funcs) == 0 {
-		return nil, fmt.Errorf("parse pclntab: no functions: %w", ErrNoPclntab)
-	}
-	return &goTable{tab: tab, pcln: p}, nil
-}
-
-// lookup returns function, file and line at vaddr. Inlined frames are not
-// expanded: debug/gosym does not expose the inline tree, so an inlined
-// callee is reported as its outermost caller.
-func (g *goTable) lookup(vaddr uint64) (fn, file string, line int, ok bool) {
-	file, line, f := g.tab.PCToLine(vaddr)
-	if f == nil {
-		return "", "", 0, false
-	}
-	return f.Name, file, line, true
 }
 
 // isGoBinary reports whether f looks like a Go binary, so that C binaries

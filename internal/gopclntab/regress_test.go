@@ -1,4 +1,4 @@
-package symbolize
+package gopclntab
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func TestReliabilityPclntabHugeSegment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := FindPclntab(ef); err == nil {
+		if _, err := Find(ef); err == nil {
 			t.Errorf("filesz %d: found a pclntab in an empty file", size)
 		}
 	}

@@ -1,55 +1,55 @@
-package symbolize
+package gopclntab
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// Pclntabs shares the Go function table of each binary between the
-// caches that keep it: the Symbolizer's parsed objects and the unwind
-// tables of the leaf fixer (internal/unwind) both hold the whole pclntab
-// of every Go binary sampled, megabytes each, and would otherwise read
-// and keep it twice.
+// Store shares the Go function table of each binary between the caches
+// that keep it: the symbolizer's parsed objects (internal/symbolize) and
+// the unwind tables of the leaf fixer (internal/unwind) both hold the
+// whole pclntab of every Go binary sampled, megabytes each, and would
+// otherwise read and keep it twice.
 //
-// A table is shared by key (Identity.Key, or whatever else tells file
-// contents apart) while at least one holder has claimed it, and forgotten
-// when the last claim is released; the garbage collector frees it once no
-// reader uses it either. Its bytes are charged to one holder at a time,
-// so byte bounds that add PclntabHolder.Charged count a shared table
-// once: the holder that claimed it first pays, and when that holder
-// releases it the next one does.
-type Pclntabs struct {
+// A table is shared by key (the file's build ID or content hash, or
+// whatever else tells file contents apart) while at least one holder has
+// claimed it, and forgotten when the last claim is released; the garbage
+// collector frees it once no reader uses it either. Its bytes are charged
+// to one holder at a time, so byte bounds that add Holder.Charged count a
+// shared table once: the holder that claimed it first pays, and when that
+// holder releases it the next one does.
+type Store struct {
 	mu   sync.Mutex
-	tabs map[string]*sharedPclntab
+	tabs map[string]*shared
 }
 
-type sharedPclntab struct {
-	tab *Pclntab
+type shared struct {
+	tab *Table
 	// claims lists the holders in claim order, one element per claim (a
 	// holder may claim a key twice while it replaces an entry);
 	// claims[0] is charged.
-	claims []*PclntabHolder
+	claims []*Holder
 }
 
-// NewPclntabs returns an empty store.
-func NewPclntabs() *Pclntabs {
-	return &Pclntabs{tabs: map[string]*sharedPclntab{}}
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{tabs: map[string]*shared{}}
 }
 
 // Holder returns a new claimant of the store's tables: one per cache.
-func (s *Pclntabs) Holder() *PclntabHolder {
-	return &PclntabHolder{store: s}
+func (s *Store) Holder() *Holder {
+	return &Holder{store: s}
 }
 
 // Len reports how many tables are shared.
-func (s *Pclntabs) Len() int {
+func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.tabs)
 }
 
 // Bytes reports the pclntab bytes the store's tables hold, each once.
-func (s *Pclntabs) Bytes() int64 {
+func (s *Store) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
@@ -59,21 +59,21 @@ func (s *Pclntabs) Bytes() int64 {
 	return n
 }
 
-// PclntabHolder is one cache's claims on the tables of a Pclntabs.
-type PclntabHolder struct {
-	store   *Pclntabs
+// Holder is one cache's claims on the tables of a Store.
+type Holder struct {
+	store   *Store
 	charged atomic.Int64
 }
 
 // Charged reports the bytes of the shared tables this holder pays for.
 // It changes when another holder releases a table this one also claimed.
-func (h *PclntabHolder) Charged() int64 { return h.charged.Load() }
+func (h *Holder) Charged() int64 { return h.charged.Load() }
 
 // Claim returns the table of key, calling load only when no holder has
 // claimed key. Each successful Claim wants one Release. load runs without
 // the store's lock: two holders loading one key at once both read it, and
 // the second gets the first's copy.
-func (h *PclntabHolder) Claim(key string, load func() (*Pclntab, error)) (*Pclntab, error) {
+func (h *Holder) Claim(key string, load func() (*Table, error)) (*Table, error) {
 	s := h.store
 	s.mu.Lock()
 	if e, ok := s.tabs[key]; ok {
@@ -92,14 +92,14 @@ func (h *PclntabHolder) Claim(key string, load func() (*Pclntab, error)) (*Pclnt
 		e.claims = append(e.claims, h)
 		return e.tab, nil
 	}
-	s.tabs[key] = &sharedPclntab{tab: tab, claims: []*PclntabHolder{h}}
+	s.tabs[key] = &shared{tab: tab, claims: []*Holder{h}}
 	h.charged.Add(tab.Size())
 	return tab, nil
 }
 
 // Release gives up one claim of h on key. The charge passes to the next
 // claimant, if any; else the store forgets the table.
-func (h *PclntabHolder) Release(key string) {
+func (h *Holder) Release(key string) {
 	s := h.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -130,7 +130,7 @@ func (h *PclntabHolder) Release(key string) {
 }
 
 // Size is the memory the table holds, as the caches count it.
-func (p *Pclntab) Size() int64 {
+func (p *Table) Size() int64 {
 	if p == nil {
 		return 0
 	}
