@@ -269,7 +269,9 @@ func New(opts Options) *Collector {
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
 }
 
-// ProcEvent keeps the process table in step with exec and exit.
+// ProcEvent keeps the process table in step with exec and exit, applied
+// in stream order: the samples before the event were added against the
+// table as it was, those after it are added against the table it leaves.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 	if e.Exit {
 		c.dropWindow(e.PID)
@@ -281,9 +283,13 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 		c.opts.Tracker.Exit(e.PID, e.Time)
 		return
 	}
-	// Read the new image's mappings now, while the process may still live
-	// (a no-op when the sampler's OnExec already did).
-	c.opts.Tracker.Exec(e.PID, e.Time, e.Image)
+	// The reader read the new image as it decoded the exec (e.Read); an
+	// event without a read has it read now.
+	if e.Read != nil {
+		c.opts.Tracker.ApplyExec(e.PID, e.Time, e.Read)
+	} else {
+		c.opts.Tracker.Exec(e.PID, e.Time, e.Image)
+	}
 	c.dropWindow(e.PID)
 }
 
@@ -293,9 +299,8 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 // A sample taken inside an exec before the new image's registers were set
 // (r.PreExec) has the user registers and stack of the image before the
 // exec: its stack is symbolized against that image, pinned now, since the
-// tracker replaces it as the exec is reported (the sampler's OnExec may
-// have done so already), while the sample keeps its pid, thread, name and
-// time.
+// exec that follows the sample in the stream replaces it, while the sample
+// keeps its pid, thread, name and time.
 func (c *Collector) Add(r *sampler.Record) {
 	var orig, img *proc.Process
 	if r.PreExec {
@@ -305,7 +310,7 @@ func (c *Collector) Add(r *sampler.Record) {
 	}
 	p := img
 	if p == nil {
-		p = c.opts.Tracker.GetAt(r.PID, r.Time)
+		p = c.opts.Tracker.Current(r.PID, r.Time)
 		if p.ExecRead() && needsLibraries(p, r.UserStack) {
 			// Read at its exec, before the loader mapped the
 			// libraries this stack runs in: read again now, while it

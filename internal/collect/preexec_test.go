@@ -120,15 +120,17 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 	tests := []struct {
 		name string
 		// readBefore: the process was read before the exec began.
-		// execFirst: the exec is reported before the sample is added
-		// (the sampler's OnExec runs as the reader decodes the event).
+		// execFirst: the reader read the exec before the sample is
+		// added (it reads as it decodes the event, ahead of the
+		// consumer); the exec is applied after the sample, in stream
+		// order.
 		readBefore, execFirst bool
 		flagged               bool
 		want                  string
 		attributed            uint64
 	}{
 		{"read before, exec reported after", true, false, true, "leafMarker callerMarker outerMarker", 1},
-		{"read before, exec reported first", true, true, true, "leafMarker callerMarker outerMarker", 1},
+		{"read before, exec read first", true, true, true, "leafMarker callerMarker outerMarker", 1},
 		{"never read: the parent's image", false, true, true, "leafMarker callerMarker outerMarker", 1},
 		{"never read, exec reported after", false, false, true, "leafMarker callerMarker outerMarker", 1},
 		// Taken before the exec, so of the image before, flagged or not
@@ -152,7 +154,7 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 			fp.write(pid, false)
 			exec := sampler.ProcEvent{PID: pid, Time: time.Now()}
 			if tt.execFirst {
-				tr.Exec(pid, exec.Time, nil)
+				exec.Read = tr.ReadExec(pid, exec.Time, nil)
 			}
 			r := &sampler.Record{
 				Kind: profile.OnCPU, PID: pid, TID: pid + 1, CPU: 1, Comm: "new-name", Time: at, Value: 1,
@@ -308,37 +310,25 @@ func (r *reusedPID) check(t *testing.T, n, first int) {
 // shows the exited process (its other threads dying after the leader's
 // exit event), later samples keep its image.
 //
-// The reader notes the exit as it reads it (Tracker.ExitAt); the exit
-// event itself may reach the collector before or after the fork's
-// samples, and marks the exited process, never the fork.
+// The events come in stream order: the samples taken before the exit
+// precede its event, the fork's follow it (the fork took the pid after the
+// exit). The exit marks the exited process, never the fork.
 func TestPIDReusedByFork(t *testing.T) {
-	for _, exitFirst := range []bool{true, false} {
-		t.Run(fmt.Sprintf("exit event added first %v", exitFirst), func(t *testing.T) {
-			r := newReusedPID(t)
-			r.c.Add(r.sample(time.Now())) // read at first sight
-			late := r.sample(time.Now())
-			exit := sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()}
-			r.tr.ExitAt(exit.PID, exit.Time) // the sampler's OnExit
-			if exitFirst {
-				r.c.ProcEvent(exit)
-			}
-			time.Sleep(time.Millisecond)
-			r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
-			time.Sleep(time.Millisecond)
-			r.fp.write(reusePID, false) // a fork of another program takes the pid
-			r.c.Add(late)
-			r.c.Add(r.sample(time.Now()))
-			if !exitFirst {
-				r.c.ProcEvent(exit)
-			}
-			if p := r.tr.Get(reusePID); p.Exited {
-				t.Errorf("the fork holding the pid is marked exited: %+v", p)
-			}
-			r.check(t, 4, 3)
-			if n := r.tr.Forked(); n != 1 {
-				t.Errorf("Forked() = %d, want 1", n)
-			}
-		})
+	r := newReusedPID(t)
+	r.c.Add(r.sample(time.Now())) // read at first sight
+	r.c.Add(r.sample(time.Now())) // taken before the exit
+	r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
+	time.Sleep(time.Millisecond)
+	r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
+	time.Sleep(time.Millisecond)
+	r.fp.write(reusePID, false) // a fork of another program takes the pid
+	r.c.Add(r.sample(time.Now()))
+	if p := r.tr.Get(reusePID); p.Exited {
+		t.Errorf("the fork holding the pid is marked exited: %+v", p)
+	}
+	r.check(t, 4, 3)
+	if n := r.tr.Forked(); n != 1 {
+		t.Errorf("Forked() = %d, want 1", n)
 	}
 }
 
@@ -346,20 +336,28 @@ func TestPIDReusedByFork(t *testing.T) {
 // (record keeps every process until its one report, and 1,000 processes a
 // second wrap a 32,768 pid space in half a minute). The samples of the
 // earlier process are symbolized against its image, not the later one's.
+//
+// In stream order the earlier process's second sample comes before its
+// exit event, or after it when a thread outlives the leader's exit.
 func TestPIDReusedInOneReport(t *testing.T) {
-	for _, execFirst := range []bool{false, true} {
-		t.Run(fmt.Sprintf("exec reported first %v", execFirst), func(t *testing.T) {
+	for _, afterExit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sample after the exit event %v", afterExit), func(t *testing.T) {
 			r := newReusedPID(t)
 			r.c.Add(r.sample(time.Now())) // read at first sight
 			late := r.sample(time.Now())
+			if !afterExit {
+				r.c.Add(late)
+			}
 			r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
 			time.Sleep(time.Millisecond)
 			r.fp.write(reusePID, false) // the pid's next process: another image
 			exec := sampler.ProcEvent{PID: reusePID, Time: time.Now()}
-			if execFirst {
-				r.tr.Exec(reusePID, exec.Time, nil) // the reader's OnExec, ahead of the samples queued before it
+			// The reader reads the exec as it decodes it, before the
+			// consumer handles the samples ahead of it.
+			exec.Read = r.tr.ReadExec(reusePID, exec.Time, nil)
+			if afterExit {
+				r.c.Add(late)
 			}
-			r.c.Add(late)
 			r.c.ProcEvent(exec)
 			r.c.Add(r.sample(time.Now()))
 			r.check(t, 3, 2)

@@ -8,9 +8,10 @@ import (
 )
 
 // TestBeforeExec: a sample taken inside an exec is placed in the image the
-// process was read with before the exec, also once the exec replaced it;
-// a process not read before (a fresh vfork child), or read only after the
-// sample, takes its parent's image.
+// process was read with before the exec, also once the reader read the
+// exec (the sample precedes the exec in the stream, so it is handled
+// before the exec is applied); a process not read before (a fresh vfork
+// child), or read only after the sample, takes its parent's image.
 func TestBeforeExec(t *testing.T) {
 	tmp := t.TempDir()
 	old, exe, parent := filepath.Join(tmp, "old"), filepath.Join(tmp, "new"), filepath.Join(tmp, "parent")
@@ -39,12 +40,16 @@ func TestBeforeExec(t *testing.T) {
 		t.Errorf("before the exec event: image %s, want %s", got, old)
 	}
 	fakeProc(t, root, 7, exe)
-	tr.Exec(7, time.Now(), nil) // reported after the sample
+	execAt := time.Now()
+	read := tr.ReadExec(7, execAt, nil) // the reader, as it decodes the exec
+	if got := exePath(tr.Before(7, 8, inExec, 0x400000)); got != old {
+		t.Errorf("after the exec was read: image %s, want %s (the one the exec replaces)", got, old)
+	}
+	// A pinned image stays readable after the tracker let it go (below).
+	pinned := tr.Pin(tr.Before(7, 8, inExec, 0x400000))
+	tr.ApplyExec(7, execAt, read) // the consumer, after the sample
 	if got := exePath(tr.Get(7)); got != exe {
 		t.Fatalf("after the exec: %s, want %s", got, exe)
-	}
-	if got := exePath(tr.Before(7, 8, inExec, 0x400000)); got != old {
-		t.Errorf("after the exec event: image %s, want %s (the one the exec replaced)", got, old)
 	}
 	if got := exePath(tr.Before(9, 8, inExec, 0x400000)); got != parent {
 		t.Errorf("process never read: image %s, want the parent's %s", got, parent)
@@ -71,8 +76,6 @@ func TestBeforeExec(t *testing.T) {
 		t.Errorf("parent's library not found by a re-read: %+v", p)
 	}
 
-	// A pinned image stays readable after the tracker let it go.
-	pinned := tr.Pin(tr.Before(7, 8, inExec, 0x400000))
 	tr.ForgetExited()
 	tr.ForgetExited() // the image before pid 7's exec goes
 	if p := tr.Before(7, 0, inExec, 0x400000); p != nil {

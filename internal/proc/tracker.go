@@ -159,69 +159,29 @@ func (t *Tracker) get(pid uint32) *Process {
 	return p
 }
 
-// Exec re-reads pid, whose image changed at time at, right away: a
-// short-lived process must be read before it is gone. A process already
-// read after at is kept, so a second report of one exec costs nothing.
-// When it is gone already, img (the exec's image, may be nil) still places
-// its executable and dynamic loader. The image replaced is kept for the
-// samples taken inside the exec (Before).
+// Exec reads pid, whose image changed at time at, and applies the read
+// (ReadExec, ApplyExec), for a caller with no reader ahead of it. A
+// process already read after at is kept without a read, so a second report
+// of one exec costs nothing.
 func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	var before *Process
-	if p, ok := t.procs[pid]; ok {
-		if !p.readAt.IsZero() && !p.readAt.Before(at) {
-			if p.execAt.IsZero() {
-				// Read after the exec, for a sample handled before its
-				// report: the new image, maybe before its loader mapped
-				// the libraries (ExecRead). A copy: p may be held.
-				np := *p
-				np.execAt = at
-				t.procs[pid] = &np
-			}
-			return
-		}
-		delete(t.procs, pid)
-		// Live (the image before this exec) or exited (an earlier process
-		// of the same pid): samples of either may still be symbolized.
-		before = p
+	readAfter := t.readAfterExec(pid, at)
+	t.mu.Unlock()
+	if !readAfter {
+		t.ApplyExec(pid, at, t.ReadExec(pid, at, img))
 	}
-	p, err := t.read(pid)
-	if err == nil && p.Exited && len(p.Mappings) == 0 {
-		err = fmt.Errorf("exited") // a zombie: its maps are empty
-	}
-	if err != nil {
-		t.log.Debug("read process after exec", "pid", pid, "error", err)
-		if p != nil {
-			t.release(p)
-		}
-		var serr error
-		if p, serr = t.synthesize(pid, img); serr != nil {
-			t.log.Debug("place process from its exec", "pid", pid, "error", serr)
-			p = &Process{PID: pid, Exited: true}
-		} else {
-			t.synthesized++
-		}
-	}
-	p.readAt = time.Now()
-	p.execAt = at
-	p.before = before
-	if before != nil {
-		p.gen = before.gen + 1
-	}
-	t.procs[pid] = p
 }
 
-// GetAt returns the image pid ran at time at, reading the process at first
-// sight like Get: the tracker's entry, or an image an exec after at
-// replaced (the exec is reported before the samples queued ahead of it are
-// handled, and a pid is reused by another process under churn). A zero at
-// (no time known) means the entry.
-func (t *Tracker) GetAt(pid uint32, at time.Time) *Process {
+// Current returns the entry of pid for a sample taken at time at and
+// handed over in stream order, reading the process at first sight like
+// Get: every exec and exit before the sample in the stream has been
+// applied, so the entry is the image the sample ran in, unless a fork
+// that never exec'd took the pid after its process's exit (successor). A
+// zero at (no time known) means the entry.
+func (t *Tracker) Current(pid uint32, at time.Time) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p, _ := imageAt(t.successor(t.get(pid), at), at) // unknown: the oldest image known
-	return p
+	return t.successor(t.get(pid), at)
 }
 
 // successor returns the process that holds p's pid at time at. That is p,
@@ -348,45 +308,21 @@ func (t *Tracker) Forked() int {
 	return t.forked
 }
 
-// Exit marks the process pid ran at time at (zero: the current one) as
-// exited then; its mappings stay for symbolization until ForgetExited. An
-// exec or a fork that took the pid since (the reader reports execs and
-// exits ahead of the samples queued before them) keeps its own image.
+// Exit marks pid's entry as exited at time at (zero: now unknown); its
+// mappings stay for symbolization until ForgetExited. It is applied in
+// stream order: the entry is the process that exited, unless it was read
+// after a later exec (its first sight came late), which keeps its image.
 func (t *Tracker) Exit(pid uint32, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.exited(pid, at); p != nil {
-		p.Exited = true
-	}
-}
-
-// ExitAt notes that the process pid ran at time at exited then, without
-// marking it exited yet (Exit does, when its samples queued before the
-// exit have been added): the sampler's reader calls it as it reads the
-// exit, so that samples of a fork that takes the pid after it are told
-// apart (successor) whatever order they reach the tracker in.
-func (t *Tracker) ExitAt(pid uint32, at time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.exited(pid, at)
-}
-
-// exited records at as the exit time of the image pid ran at time at, and
-// returns that image (nil: none known). Callers hold t.mu.
-func (t *Tracker) exited(pid uint32, at time.Time) *Process {
 	p, ok := t.procs[pid]
-	if !ok {
-		return nil
+	if !ok || !at.IsZero() && p.execAt.After(at) {
+		return
 	}
-	if !at.IsZero() {
-		if p, ok = imageAt(p, at); !ok {
-			return nil // an image before any the tracker knows
-		}
-		if p.exitAt.IsZero() {
-			p.exitAt = at
-		}
+	if p.exitAt.IsZero() {
+		p.exitAt = at
 	}
-	return p
+	p.Exited = true
 }
 
 // ForgetExited drops exited processes, closing their files, and the images
