@@ -346,6 +346,9 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: thread-context attributes left out: %d unnamed by the process context's key map, %d samples with malformed attributes, %d samples past the bound on distinct attribute sets (their trace ids are kept)\n",
 			st.CtxAttrsUnnamed, st.CtxAttrsMalformed, st.CtxAttrsCut)
 	}
+	if st.ImagesMissing > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d %s no process image to be symbolized against; their user frames stay addresses\n", st.ImagesMissing, plural(int(st.ImagesMissing), "stack had", "stacks had"))
+	}
 	if st.StacksCut > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))
 	}

@@ -206,6 +206,10 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 				Name: "spanprof_pre_exec_samples_total",
 				Help: "Samples taken inside an exec, before the new image's registers were set, that were symbolized against the image before the exec (the process as read before it, else its parent's, which a posix_spawn child runs in).",
 			}, func() float64 { return float64(a.collector.Stats().PreExecAttributed) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_images_missing_total",
+				Help: "Stacks whose process image was not there to symbolize them against at the report (never expected: each kept sample holds its image); their user frames stay addresses.",
+			}, func() float64 { return float64(a.collector.Stats().ImagesMissing) }),
 		)
 	}
 	if st, ok := p.Correlator.(interface{ Stats() correlate.Stats }); ok && reg != nil {

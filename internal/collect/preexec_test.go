@@ -104,7 +104,7 @@ func (fp *fakeProcs) write(pid uint32, before bool) {
 // its leaf fixed) against that image: the process as read before the exec,
 // whether the exec is reported before or after the sample is added, else
 // its parent's for a process never read (a posix_spawn child). It keeps
-// its own pid, thread, name and time, and the images pinned for it are
+// its own pid, thread, name and time, and the images held for it are
 // released after the report. A sample not flagged, at the same addresses,
 // is symbolized against the process's image of the report.
 func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
@@ -207,7 +207,7 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 				t.Errorf("stats %+v, want %d samples inside an exec attributed", st, tt.attributed)
 			}
 			// Once reported and past two reports, only the new image's
-			// file stays open: the pinned image was released.
+			// file stays open: the held image was released.
 			tr.ForgetExited()
 			tr.ForgetExited()
 			tr.Exit(parent, time.Now())
@@ -219,11 +219,11 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 	}
 }
 
-// TestPreExecImagePinnedOncePerReport: the samples of many processes
-// taken inside their exec share their parent's image, pinned once per
-// report; neither process nor parent known leaves the sample to the
-// process's own image, counted as not attributed.
-func TestPreExecImagePinnedOncePerReport(t *testing.T) {
+// TestPreExecImageHeldOncePerReport: the samples of many processes taken
+// inside their exec share their parent's image, held once per report;
+// neither process nor parent known leaves the sample to the process's own
+// image, counted as not attributed.
+func TestPreExecImageHeldOncePerReport(t *testing.T) {
 	fp := newFakeProcs(t)
 	tr := proc.NewTracker(fp.root, nil)
 	defer tr.Close()
@@ -237,8 +237,9 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 	}
 	c.Add(&sampler.Record{Kind: profile.OnCPU, PID: 200, TID: 200, Comm: "orphan", Time: time.Now(), Value: 1,
 		UserStack: user, PreExec: true, ParentPID: 201})
-	if n := len(c.images); n != 1 {
-		t.Fatalf("%d images pinned for 10 children of one parent, want 1", n)
+	// The parent's image for the 10 children, the orphan's own.
+	if n, held := len(c.held), tr.Held(); n != 2 || held != 2 {
+		t.Fatalf("%d images held for 10 children of one parent and an orphan (%d in the tracker), want 2", n, held)
 	}
 	if st := c.Stats(); st.PreExec != 11 || st.PreExecAttributed != 10 {
 		t.Errorf("stats %+v, want 11 inside an exec, 10 attributed", st)
@@ -253,8 +254,8 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 	if len(prof.Processes) != 11 {
 		t.Errorf("%d processes in the profile, want 11 (each sample's own)", len(prof.Processes))
 	}
-	if len(c.images) != 0 {
-		t.Errorf("%d images still pinned after the report", len(c.images))
+	if len(c.held) != 0 || tr.Held() != 0 {
+		t.Errorf("%d images still held after the report (%d in the tracker)", len(c.held), tr.Held())
 	}
 }
 

@@ -1,10 +1,6 @@
 package proc
 
-import (
-	"os"
-	"syscall"
-	"time"
-)
+import "time"
 
 // Before returns the image process pid ran at time at, a moment inside an
 // exec before the new image's registers were set (a sample flagged
@@ -15,7 +11,7 @@ import (
 // space a vfork or posix_spawn child runs in until its exec, and which a
 // forked child copied. pid itself is not read: procfs shows its new image
 // by now, or none. Nil when neither is known. The result is the tracker's:
-// Pin it to keep it past a report.
+// Hold it to keep it past a report.
 //
 // ip is the sample's user instruction pointer. A parent read before its
 // loader mapped the libraries (at its first sample, in its own start)
@@ -48,33 +44,3 @@ func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 // once more after its start, and an address no re-read finds costs one
 // read of its maps per interval.
 const parentRefreshAge = 100 * time.Millisecond
-
-// Pin returns a copy of p holding references of its own to p's files, so
-// that it stays readable whatever becomes of p (replaced by an exec, its
-// exit forgotten) until Unpin. Files p no longer holds are opened by path.
-func (t *Tracker) Pin(p *Process) *Process {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	c := *p
-	c.before = nil // the table's entry owns it
-	c.Files = make(map[uint64]*os.File, len(p.Files))
-	for start, f := range p.Files {
-		if k, ok := t.keys[f]; ok {
-			t.files[k].refs++
-			c.Files[start] = f
-		} else if fd, err := syscall.Dup(int(f.Fd())); err == nil {
-			// A handle of this process alone (not the mapped inode's):
-			// unref closes it, so the copy gets its own.
-			syscall.CloseOnExec(fd)
-			c.Files[start] = os.NewFile(uintptr(fd), f.Name())
-		}
-	}
-	return &c
-}
-
-// Unpin releases a copy Pin returned.
-func (t *Tracker) Unpin(p *Process) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.release(p)
-}

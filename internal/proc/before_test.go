@@ -45,8 +45,11 @@ func TestBeforeExec(t *testing.T) {
 	if got := exePath(tr.Before(7, 8, inExec, 0x400000)); got != old {
 		t.Errorf("after the exec was read: image %s, want %s (the one the exec replaces)", got, old)
 	}
-	// A pinned image stays readable after the tracker let it go (below).
-	pinned := tr.Pin(tr.Before(7, 8, inExec, 0x400000))
+	// A held image stays readable after the exec replaced it (below).
+	img := tr.Before(7, 8, inExec, 0x400000)
+	if !tr.Hold(img) {
+		t.Fatal("the pid's entry could not be held")
+	}
 	tr.ApplyExec(7, execAt, read) // the consumer, after the sample
 	if got := exePath(tr.Get(7)); got != exe {
 		t.Fatalf("after the exec: %s, want %s", got, exe)
@@ -81,15 +84,22 @@ func TestBeforeExec(t *testing.T) {
 	if p := tr.Before(7, 0, inExec, 0x400000); p != nil {
 		t.Errorf("image before the exec still kept after two reports: %s", exePath(p))
 	}
-	if _, err := os.ReadFile(pinned.OpenPath(&pinned.Mappings[0])); err != nil {
-		t.Fatalf("pinned image's file: %v", err)
+	held, current := tr.Image(img.Gen())
+	if held == nil || current {
+		t.Fatalf("held image after the exec: %v (current %v), want the image the exec replaced", held, current)
 	}
-	if _, held := pinned.Files[pinned.Mappings[0].Start]; !held {
-		t.Fatal("pinned image holds no handle of its own")
+	if _, err := os.ReadFile(held.OpenPath(&held.Mappings[0])); err != nil {
+		t.Fatalf("held image's file: %v", err)
+	}
+	if _, ok := held.Files[held.Mappings[0].Start]; !ok {
+		t.Fatal("held image holds no handle")
 	}
 	n := tr.OpenFiles()
-	tr.Unpin(pinned)
+	tr.Release(img.Gen())
 	if got := tr.OpenFiles(); got != n-1 {
-		t.Fatalf("%d handles after Unpin, want %d (the old executable's closed)", got, n-1)
+		t.Fatalf("%d handles after Release, want %d (the old executable's closed)", got, n-1)
+	}
+	if p, _ := tr.Image(img.Gen()); p != nil {
+		t.Errorf("released image still returned: %+v", p)
 	}
 }

@@ -64,7 +64,7 @@ func (t *Tracker) Discard(r *ExecRead) {
 }
 
 // ApplyExec makes r, read at pid's exec at time at, the pid's entry. The
-// entry it replaces is kept for the samples that named it (Image). An
+// entry it replaces is kept while samples hold it (Hold). An
 // entry read after at, at the first sight of a sample handled after the
 // exec happened, already shows the new image, maybe with more of its
 // libraries: it is kept, and r released. A nil r is read now (a source
@@ -84,20 +84,16 @@ func (t *Tracker) ApplyExec(pid uint32, at time.Time, r *ExecRead) {
 		t.release(p)
 		return
 	}
-	var before *Process
 	if cur, ok := t.procs[pid]; ok {
-		delete(t.procs, pid)
 		// Live (the image before this exec) or exited (an earlier process
-		// of the same pid): samples of either may still be symbolized.
-		before = cur
+		// of the same pid): samples of either may still be held.
+		delete(t.procs, pid)
+		t.retire(cur)
 	}
 	if r.synthesized {
 		t.synthesized++
 	}
-	p.before = before
-	if before != nil {
-		p.gen = before.gen + 1
-	}
+	p.gen = t.newGen()
 	t.procs[pid] = p
 }
 

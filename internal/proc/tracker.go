@@ -30,15 +30,7 @@ type Process struct {
 	// read (RereadAfterExec), which came before the loader mapped the
 	// libraries.
 	execReread bool
-	// before is the image that exec replaced: the process as read before
-	// it (samples taken inside the exec still run there, and reach the
-	// collector after the exec event that replaced it, see Before), or an
-	// earlier process of the same pid, exited, whose samples may still wait
-	// for the report. Owned by the entry in the table; released with it,
-	// or at the second ForgetExited after the exec.
-	before *Process
-	// gen counts the images of this pid the tracker replaced since it
-	// first saw the pid: samples name their image by it (Image).
+	// gen names the image (hold.go): copies of it keep it.
 	gen uint32
 	// exitAt is the time of the process's exit (zero: not seen), and
 	// lookedAt when procfs was last read for a process that took the pid
@@ -110,8 +102,10 @@ type Tracker struct {
 	// mu): thousands of processes a second are read under churn, and
 	// only what is kept of them should allocate.
 	buf bytes.Buffer
-	// forgotAt is the time of the last ForgetExited.
-	forgotAt time.Time
+	// gens numbers the images (newGen); held are those consumers hold,
+	// by generation (Hold).
+	gens uint32
+	held map[uint32]*held
 }
 
 // fileKey names a file by the device and inode /proc/PID/maps shows. While
@@ -132,7 +126,7 @@ func NewTracker(procRoot string, log *slog.Logger) *Tracker {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tracker{root: procRoot, log: log, procs: map[uint32]*Process{}, files: map[fileKey]*sharedFile{}, keys: map[*os.File]fileKey{}}
+	return &Tracker{root: procRoot, log: log, procs: map[uint32]*Process{}, held: map[uint32]*held{}, files: map[fileKey]*sharedFile{}, keys: map[*os.File]fileKey{}}
 }
 
 // Get returns the process, reading it from procfs at first sight. It
@@ -155,6 +149,7 @@ func (t *Tracker) get(pid uint32) *Process {
 		p = &Process{PID: pid, Exited: true}
 	}
 	p.readAt = time.Now()
+	p.gen = t.newGen()
 	t.procs[pid] = p
 	return p
 }
@@ -187,7 +182,7 @@ func (t *Tracker) Current(pid uint32, at time.Time) *Process {
 // successor returns the process that holds p's pid at time at. That is p,
 // unless p exited before at and a fork that never exec'd took the pid
 // since (an exec would have replaced p): then the new process is read and
-// becomes the pid's entry, with p as the image before it. procfs is read
+// becomes the pid's entry, p retired (kept while held). procfs is read
 // once per sample taken after the last read, and a pid still held by the
 // exiting process (its other threads dying after the leader's exit event)
 // or by no process keeps p. Callers hold t.mu.
@@ -207,33 +202,11 @@ func (t *Tracker) successor(p *Process, at time.Time) *Process {
 	n.readAt = p.lookedAt
 	// Images are told apart by time: this one began after the exit.
 	n.execAt = p.exitAt.Add(time.Nanosecond)
-	n.before = p
-	n.gen = p.gen + 1
+	n.gen = t.newGen()
+	t.retire(p)
 	t.procs[p.PID] = n
 	t.forked++
 	return n
-}
-
-// Gen names p's image of its pid for Image.
-func (p *Process) Gen() uint32 { return p.gen }
-
-// Image returns the image of pid that Gen named gen, when an exec has
-// replaced it since; nil when gen is the tracker's entry (use Get, which
-// may refresh it) or the image is gone.
-func (t *Tracker) Image(pid, gen uint32) *Process {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.procs[pid]
-	if p == nil || p.gen == gen {
-		return nil
-	}
-	for p != nil && p.gen > gen {
-		p = p.before
-	}
-	if p == nil || p.gen != gen {
-		return nil
-	}
-	return p
 }
 
 // Refresh re-reads the mappings of pid, a live process read at least
@@ -325,21 +298,17 @@ func (t *Tracker) Exit(pid uint32, at time.Time) {
 	p.Exited = true
 }
 
-// ForgetExited drops exited processes, closing their files, and the images
-// replaced by execs before the previous call: their samples were added
-// long since (Before). The agent calls it after each report.
+// ForgetExited drops exited processes, closing their files unless their
+// images are held (Hold). The agent calls it after each report.
 func (t *Tracker) ForgetExited() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for pid, p := range t.procs {
 		if p.Exited {
-			t.release(p)
+			t.retire(p)
 			delete(t.procs, pid)
-		} else if p.before != nil && p.execAt.Before(t.forgotAt) {
-			t.releaseBefore(p)
 		}
 	}
-	t.forgotAt = time.Now()
 }
 
 // Len returns the number of processes tracked.
@@ -357,24 +326,21 @@ func (t *Tracker) Close() {
 		t.release(p)
 		delete(t.procs, pid)
 	}
+	for gen, h := range t.held {
+		if h.retired != nil {
+			t.release(h.retired)
+		}
+		delete(t.held, gen)
+	}
 }
 
 // release drops p's references to its files, closing those no other
-// process maps, and the image before p's exec. Callers hold t.mu.
+// process maps. Callers hold t.mu.
 func (t *Tracker) release(p *Process) {
 	for _, f := range p.Files {
 		t.unref(f)
 	}
 	p.Files = nil
-	t.releaseBefore(p)
-}
-
-// releaseBefore releases the image p's exec replaced. Callers hold t.mu.
-func (t *Tracker) releaseBefore(p *Process) {
-	if p.before != nil {
-		t.release(p.before)
-		p.before = nil
-	}
 }
 
 func (t *Tracker) unref(f *os.File) {
