@@ -332,6 +332,13 @@ func (t *Tracker) Close() {
 		}
 		delete(t.held, gen)
 	}
+	// Reads of execs never applied (their events still queued when the
+	// sampler closed) hold the rest.
+	for k, sf := range t.files {
+		sf.f.Close()
+		delete(t.files, k)
+		delete(t.keys, sf.f)
+	}
 }
 
 // release drops p's references to its files, closing those no other
