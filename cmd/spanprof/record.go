@@ -273,21 +273,18 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 
 	alive := time.NewTicker(250 * time.Millisecond)
 	defer alive.Stop()
-	records, procs := p.Source.Records(), p.Source.ProcEvents()
+	events := p.Source.Events()
 loop:
 	for {
 		select {
-		case r, ok := <-records:
+		case e, ok := <-events:
 			if !ok {
 				break loop // the reader ended; what it read is kept
 			}
-			p.Add(r)
-			nrec++
-		case e, ok := <-procs:
-			if !ok {
-				break loop
+			p.Handle(e)
+			if e.Sample != nil {
+				nrec++
 			}
-			p.ProcEvent(e)
 		case <-timeout:
 			break loop
 		case <-cmdDone:
@@ -319,7 +316,7 @@ loop:
 		}
 	}
 	// Take everything the kernel wrote before the programs were detached.
-	if !p.Drain(10*time.Second, nil, nil) {
+	if !p.Drain(10*time.Second, nil) {
 		log.Warn("ring buffer not drained after 10s; writing what was read")
 	}
 	counters, err := p.Source.Counters()
@@ -348,6 +345,9 @@ loop:
 	if n := st.CtxAttrsUnnamed + st.CtxAttrsMalformed + st.CtxAttrsCut; n > 0 {
 		fmt.Fprintf(stderr, "spanprof: thread-context attributes left out: %d unnamed by the process context's key map, %d samples with malformed attributes, %d samples past the bound on distinct attribute sets (their trace ids are kept)\n",
 			st.CtxAttrsUnnamed, st.CtxAttrsMalformed, st.CtxAttrsCut)
+	}
+	if st.ImagesMissing > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d %s no process image to be symbolized against; their user frames stay addresses\n", st.ImagesMissing, plural(int(st.ImagesMissing), "stack had", "stacks had"))
 	}
 	if st.StacksCut > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))

@@ -206,6 +206,10 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 				Name: "spanprof_pre_exec_samples_total",
 				Help: "Samples taken inside an exec, before the new image's registers were set, that were symbolized against the image before the exec (the process as read before it, else its parent's, which a posix_spawn child runs in).",
 			}, func() float64 { return float64(a.collector.Stats().PreExecAttributed) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_images_missing_total",
+				Help: "Stacks whose process image was not there to symbolize them against at the report (never expected: each kept sample holds its image); their user frames stay addresses.",
+			}, func() float64 { return float64(a.collector.Stats().ImagesMissing) }),
 		)
 	}
 	if st, ok := p.Correlator.(interface{ Stats() correlate.Stats }); ok && reg != nil {
@@ -253,30 +257,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	stopJIT := a.jit.Start()
 	defer stopJIT()
-	records, procs := a.src.Records(), a.src.ProcEvents()
+	events := a.src.Events()
 	for ctx.Err() == nil {
 		select {
-		case r, ok := <-records:
+		case e, ok := <-events:
 			if !ok {
-				records = nil
+				events = nil
 				continue
 			}
-			a.add(r)
-		case e, ok := <-procs:
-			if !ok {
-				procs = nil
-				continue
-			}
-			a.procEvent(e)
+			a.handle(e)
 		case <-ticker.C:
-			a.addQueued(records)
+			a.handleQueued(events)
 			a.report()
 		case <-ctx.Done():
 		}
 	}
 	a.stopping.Store(true)
 	a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
-	if !a.p.Drain(10*time.Second, a.add, a.procEvent) {
+	if !a.p.Drain(10*time.Second, a.handle) {
 		a.log.Warn("sampler not drained after 10s; reporting what was read")
 	}
 	a.report()
@@ -298,31 +296,32 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// addQueued adds the samples the reader has queued so far. The loop may
-// have handled a process's exit event before samples the reader queued
-// ahead of it (they come by two channels), and the report forgets exited
-// processes: added after it, those samples would find no image.
-func (a *Agent) addQueued(records <-chan *sampler.Record) {
-	for n := len(records); n > 0; n-- {
-		r, ok := <-records
+// handleQueued takes the events the reader has handed over so far, so
+// that a report covers what was read before it: the samples of threads
+// that outlive their leader's exit event follow it in the stream, and the
+// report forgets exited processes.
+func (a *Agent) handleQueued(events <-chan sampler.Event) {
+	for n := len(events); n > 0; n-- {
+		e, ok := <-events
 		if !ok {
 			return
 		}
-		a.add(r)
+		a.handle(e)
 	}
 }
 
-func (a *Agent) add(r *sampler.Record) {
-	if a.execs != nil && !a.wanted(r.PID) {
-		a.m.filtered.Inc()
-		return
+// handle takes the next event of the stream.
+func (a *Agent) handle(e sampler.Event) {
+	switch {
+	case e.Sample != nil:
+		if a.execs != nil && !a.wanted(e.Sample.PID) {
+			a.m.filtered.Inc()
+			return
+		}
+	case e.Proc != nil:
+		delete(a.match, e.Proc.PID) // an exec may change the executable
 	}
-	a.p.Add(r)
-}
-
-func (a *Agent) procEvent(e sampler.ProcEvent) {
-	delete(a.match, e.PID) // an exec may change the executable
-	a.p.ProcEvent(e)
+	a.p.Handle(e)
 }
 
 // wanted applies the process selection in user space: the kernel filter

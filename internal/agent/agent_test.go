@@ -44,17 +44,15 @@ func testPipeline(t *testing.T, cfg Config, src pipeline.Source, parts pipeline.
 // fakeSource stands in for the eBPF sampler, with counters of every kind.
 type fakeSource struct {
 	*pipelinetest.Source
-	records chan *sampler.Record
-	procs   chan sampler.ProcEvent
 	stopped *atomic.Bool
 }
 
 func newFakeSource() *fakeSource {
-	s := pipelinetest.NewSource(1024, 16)
+	s := pipelinetest.NewSource(1024 + 16)
 	s.Counts = map[string]uint64{
 		"samples": 120, "lost_ringbuf_full": 3, "lost_queue_full": 0, "user_stack_error": 2, "exit_vmas_dropped": 4,
 	}
-	return &fakeSource{Source: s, records: s.Recs, procs: s.Procs, stopped: &s.Stopped}
+	return &fakeSource{Source: s, stopped: &s.Stopped}
 }
 
 // noKernel leaves kernel addresses unsymbolized without reading kallsyms.
@@ -161,11 +159,11 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 		for i := 0; i < n; i++ {
 			ts := time.Now()
 			sent = append(sent, ts)
-			src.records <- testRecord(self, ts)
+			src.Sample(testRecord(self, ts))
 		}
 	}
 	feed(20)
-	src.records <- testRecord(gone, time.Now())
+	src.Sample(testRecord(gone, time.Now()))
 	got := col.waitReceived(t, 1, 5*time.Second)
 	waitFor(t, "exited process forgotten", 2*time.Second, func() bool { return tracker.Len() == 1 })
 	time.Sleep(250 * time.Millisecond) // an interval without samples sends nothing
@@ -177,7 +175,7 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	pre := testRecord(self, time.Now())
 	pre.PreExec, pre.ParentPID = true, 1
 	sent = append(sent, pre.Time)
-	src.records <- pre
+	src.Sample(pre)
 	col.waitReceived(t, len(got)+1, 5*time.Second)
 
 	addr := a.MetricsAddr()
@@ -212,7 +210,7 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 
 	// The last samples go out with the final report on shutdown.
 	feed(5)
-	src.procs <- sampler.ProcEvent{PID: gone, Exit: true}
+	src.Proc(sampler.ProcEvent{PID: gone, Exit: true})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -263,10 +261,11 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	}
 }
 
-// TestAgentAddsQueuedBeforeReport: at a report the agent first adds the
-// samples already queued, which may predate an exit event the loop took
-// from the other channel first; the report then forgets exited processes.
-func TestAgentAddsQueuedBeforeReport(t *testing.T) {
+// TestAgentHandlesQueuedBeforeReport: at a report the agent first takes
+// the events already queued (the samples of threads that outlive their
+// leader's exit event follow it); the report then forgets exited
+// processes.
+func TestAgentHandlesQueuedBeforeReport(t *testing.T) {
 	src := newFakeSource()
 	cfg := testConfig("127.0.0.1:1")
 	cfg.MetricsListen = ""
@@ -277,17 +276,17 @@ func TestAgentAddsQueuedBeforeReport(t *testing.T) {
 	defer a.closeExporters()
 	self := uint32(os.Getpid())
 	for range 3 {
-		src.records <- testRecord(self, time.Now())
+		src.Sample(testRecord(self, time.Now()))
 	}
-	a.addQueued(src.records)
-	if n := len(src.records); n != 0 {
+	a.handleQueued(src.Ch)
+	if n := len(src.Ch); n != 0 {
 		t.Errorf("%d samples left queued", n)
 	}
 	if n := a.collector.Stats().Samples; n != 3 {
 		t.Errorf("collector holds %d samples, want the 3 queued", n)
 	}
-	var closed chan *sampler.Record // a closed or absent channel adds nothing
-	a.addQueued(closed)
+	var closed chan sampler.Event // a closed or absent channel adds nothing
+	a.handleQueued(closed)
 }
 
 func TestAgentExecutableFilter(t *testing.T) {
@@ -306,8 +305,8 @@ func TestAgentExecutableFilter(t *testing.T) {
 	go func() { done <- a.Run(ctx) }()
 	self := uint32(os.Getpid())
 	for i := 0; i < 10; i++ {
-		src.records <- testRecord(self, time.Now())
-		src.records <- testRecord(0x7ffffff1, time.Now())
+		src.Sample(testRecord(self, time.Now()))
+		src.Sample(testRecord(0x7ffffff1, time.Now()))
 	}
 	col.waitReceived(t, 1, 5*time.Second)
 	cancel()

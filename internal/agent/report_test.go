@@ -77,7 +77,7 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	rs := reportRecords(time.Unix(1700000000, 0))
 	ref := collect.New(collect.Options{Frequency: cfg.Frequency, Tracker: tracker, Kernel: noKernel{}})
 	for _, r := range rs {
-		a.add(r)
+		a.handle(sampler.Event{Sample: r})
 		ref.Add(r)
 	}
 	a.report()

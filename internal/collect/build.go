@@ -20,27 +20,28 @@ type builder struct {
 	// refreshed: processes re-read in this batch for an address in none
 	// of their mappings.
 	refreshed map[uint32]bool
-	// pinned are the images pinned for samples taken inside an exec.
-	pinned map[*proc.Process]bool
+	// missingLogged: a stack without its image was logged this batch.
+	missingLogged bool
 }
 
 // refreshAge is how long a live process's mappings are trusted before an
 // address outside them makes the tracker read them again.
 const refreshAge = 10 * time.Second
 
-// mapKey and addrKey name a process's mapping and address. pinned is the
-// image a sample taken inside an exec was pinned to (Collector.Add), nil
-// for the process's own: the same pid's addresses mean other code there.
+// mapKey and addrKey name a mapping and an address of one process image
+// by its generation (proc.Process.Gen): the same pid's addresses mean
+// other code in another image (after an exec, or a sample taken inside
+// one, symbolized against the image before).
+// Gen 0 names no image: the key of a pid's unknown mapping, of a kernel
+// address (pid 0) and of a stack whose image is missing.
 type mapKey struct {
-	pid    uint32
-	pinned *proc.Process
-	start  uint64
+	gen, pid uint32
+	start    uint64
 }
 
 type addrKey struct {
-	pid    uint32 // 0 for kernel addresses
-	pinned *proc.Process
-	addr   uint64
+	gen, pid uint32
+	addr     uint64
 }
 
 func newBuilder(opts Options) *builder {
@@ -51,17 +52,7 @@ func newBuilder(opts Options) *builder {
 		kernel:   &profile.Mapping{Path: "[kernel.kallsyms]", Kernel: true},
 
 		refreshed: map[uint32]bool{},
-		pinned:    map[*proc.Process]bool{},
 	}
-}
-
-// pinnedKey is p when it is an image pinned for samples taken inside an
-// exec, nil when it is the tracker's process.
-func (b *builder) pinnedKey(p *proc.Process) *proc.Process {
-	if b.pinned[p] {
-		return p
-	}
-	return nil
 }
 
 // emit symbolizes each distinct stack once, then hands every sample to
@@ -76,9 +67,6 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 	// Symbolize first, while only the kept samples are live: reading
 	// debug info for the first time is a burst of garbage.
 	b := newBuilder(opts)
-	for _, p := range k.images {
-		b.pinned[p] = true
-	}
 	built := make([]builtStack, k.stacks.len())
 	var buf []uint64
 	for id := range built {
@@ -86,12 +74,8 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 		if _, ok := prof.Processes[pid]; !ok {
 			prof.Processes[pid] = b.process(pid)
 		}
-		// A replaced image is symbolized as it was, like a pinned one.
-		img := imageOf(opts.Tracker, k.images, pid, image)
-		if img != nil {
-			b.pinned[img] = true
-		}
-		frames, cut := b.frames(pid, img, kern, user)
+		img, current := b.image(pid, image, stats)
+		frames, cut := b.frames(pid, img, current, kern, user)
 		trimmed := trimTracing(frames)
 		built[id] = builtStack{pid: pid, frames: frames, trimmed: trimmed, reason: WaitReason(trimmed), cut: cut}
 	}
@@ -177,6 +161,25 @@ func (b *builder) process(pid uint32) *profile.Process {
 	return out
 }
 
+// image returns the image a stack's user frames are symbolized against:
+// the one its samples hold (gen), and whether it is still pid's entry,
+// which may be read again for an address it lacks. A stack whose image is
+// missing is counted and logged, and gets an image without mappings: its
+// user frames stay addresses, never the names of another image.
+func (b *builder) image(pid, gen uint32, stats *Stats) (p *proc.Process, current bool) {
+	if gen != 0 {
+		if p, current := b.opts.Tracker.Image(gen); p != nil {
+			return p, current && p.PID == pid
+		}
+	}
+	stats.ImagesMissing++
+	if !b.missingLogged {
+		b.missingLogged = true
+		b.opts.Logger.Warn("process image missing at the report: the user frames of its stacks stay addresses (counted in images_missing)", "pid", pid, "gen", gen)
+	}
+	return &proc.Process{PID: pid, Exited: true}, false
+}
+
 // frames returns the symbolized stack, leaf first: kernel frames, then
 // user frames. Every frame but the first of each part is a return
 // address; it is looked up one byte earlier so that a call at the end of
@@ -189,9 +192,9 @@ func (b *builder) process(pid uint32) *profile.Process {
 // pointed. The stack ends there and cut reports it. A live process is
 // first read again, since it may have mapped a library since (dlopen).
 //
-// The user frames are those of img when it is set: the image pinned for a
-// sample taken inside an exec, which is what it was (no re-read).
-func (b *builder) frames(pid uint32, img *proc.Process, kern, user []uint64) (out []profile.Frame, cut bool) {
+// The user frames are those of p, the image the stack's samples hold;
+// only the pid's current entry (current) is read again.
+func (b *builder) frames(pid uint32, p *proc.Process, current bool, kern, user []uint64) (out []profile.Frame, cut bool) {
 	out = make([]profile.Frame, 0, len(kern)+len(user))
 	for i, a := range kern {
 		if i > 0 {
@@ -199,16 +202,12 @@ func (b *builder) frames(pid uint32, img *proc.Process, kern, user []uint64) (ou
 		}
 		out = append(out, b.kernelFrame(a)...)
 	}
-	p := img
-	if p == nil {
-		p = b.opts.Tracker.Get(pid)
-	}
 	for i, a := range user {
 		if i > 0 {
 			a--
 		}
 		m := p.Find(a)
-		if m == nil && img == nil && !p.Exited && !b.refreshed[pid] {
+		if m == nil && current && !p.Exited && !b.refreshed[pid] {
 			b.refreshed[pid] = true
 			p = b.opts.Tracker.Refresh(pid, refreshAge)
 			m = p.Find(a)
@@ -247,7 +246,7 @@ func (b *builder) kernelFrame(addr uint64) []profile.Frame {
 }
 
 func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
-	k := addrKey{p.PID, b.pinnedKey(p), addr}
+	k := addrKey{gen: p.Gen(), pid: p.PID, addr: addr}
 	if f, ok := b.cache[k]; ok {
 		return f
 	}
@@ -331,7 +330,7 @@ func (b *builder) addressFrame(p *proc.Process, m *proc.Mapping, addr uint64) pr
 }
 
 func (b *builder) mapping(p *proc.Process, m *proc.Mapping) *profile.Mapping {
-	k := mapKey{p.PID, b.pinnedKey(p), m.Start}
+	k := mapKey{gen: p.Gen(), start: m.Start}
 	if pm, ok := b.mappings[k]; ok {
 		return pm
 	}

@@ -201,6 +201,12 @@ type Stats struct {
 	// CtxAttrsCut samples that lost their attributes to the bound on
 	// distinct sets (Options.MaxAttrSets). Their ids are kept.
 	CtxAttrsUnnamed, CtxAttrsMalformed, CtxAttrsCut uint64
+	// ImagesMissing counts stacks whose process image was not there to
+	// symbolize them against: a sample whose image the tracker could not
+	// hold as it was added, or no longer had at the Build. Each kept
+	// sample holds its image, so this should stay 0; their user frames
+	// stay addresses, never another image's names.
+	ImagesMissing uint64
 }
 
 // Collector accumulates records. Add and Build may be called from
@@ -222,14 +228,12 @@ type Collector struct {
 	attrSets names
 	// attrsCutLogged: the bound on attrSets was logged this interval.
 	attrsCutLogged bool
-	// images are the images pinned for the samples taken inside an exec
-	// (stack image i is images[i-1]), numbered in imageIDs by the
-	// tracker's process each copies; unpinned after the Build that
-	// symbolizes them.
-	images   []*proc.Process
-	imageIDs map[*proc.Process]uint32
-	start    time.Time
-	stats    Stats
+	// held are the images the interval's samples name, by generation,
+	// each held once in the tracker (proc.Tracker.Hold) and released
+	// after the Build that symbolizes them.
+	held  map[uint32]bool
+	start time.Time
+	stats Stats
 	// windows are the stack windows of processes still running.
 	windows map[uint32]*window
 }
@@ -269,7 +273,9 @@ func New(opts Options) *Collector {
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
 }
 
-// ProcEvent keeps the process table in step with exec and exit.
+// ProcEvent keeps the process table in step with exec and exit, applied
+// in stream order: the samples before the event were added against the
+// table as it was, those after it are added against the table it leaves.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 	if e.Exit {
 		c.dropWindow(e.PID)
@@ -281,31 +287,34 @@ func (c *Collector) ProcEvent(e sampler.ProcEvent) {
 		c.opts.Tracker.Exit(e.PID, e.Time)
 		return
 	}
-	// Read the new image's mappings now, while the process may still live
-	// (a no-op when the sampler's OnExec already did).
-	c.opts.Tracker.Exec(e.PID, e.Time, e.Image)
+	// The reader read the new image as it decoded the exec (e.Read); an
+	// event without a read has it read now.
+	if e.Read != nil {
+		c.opts.Tracker.ApplyExec(e.PID, e.Time, e.Read)
+	} else {
+		c.opts.Tracker.Exec(e.PID, e.Time, e.Image)
+	}
 	c.dropWindow(e.PID)
 }
 
-// Add records one sample. The process is read at first sight so that its
-// mappings survive its exit.
+// Add records one sample, against the tracker's state at its place in
+// the stream: the image its process runs (read at first sight, so that
+// its mappings survive its exit), held until the Build that symbolizes
+// the sample.
 //
 // A sample taken inside an exec before the new image's registers were set
 // (r.PreExec) has the user registers and stack of the image before the
-// exec: its stack is symbolized against that image, pinned now, since the
-// tracker replaces it as the exec is reported (the sampler's OnExec may
-// have done so already), while the sample keeps its pid, thread, name and
-// time.
+// exec: its stack is symbolized against that image (the process's entry,
+// which the exec that follows the sample in the stream replaces, else its
+// parent's), while the sample keeps its pid, thread, name and time.
 func (c *Collector) Add(r *sampler.Record) {
-	var orig, img *proc.Process
+	var p *proc.Process
 	if r.PreExec {
-		if orig = c.opts.Tracker.Before(r.PID, r.ParentPID, r.Time, r.UserIP); orig != nil {
-			img = c.opts.Tracker.Pin(orig)
-		}
+		p = c.opts.Tracker.Before(r.PID, r.ParentPID, r.Time, r.UserIP)
 	}
-	p := img
+	attributed := p != nil
 	if p == nil {
-		p = c.opts.Tracker.GetAt(r.PID, r.Time)
+		p = c.opts.Tracker.Current(r.PID, r.Time)
 		if p.ExecRead() && needsLibraries(p, r.UserStack) {
 			// Read at its exec, before the loader mapped the
 			// libraries this stack runs in: read again now, while it
@@ -318,9 +327,7 @@ func (c *Collector) Add(r *sampler.Record) {
 	}
 	user, res, recovered := c.fixLeaf(p, r)
 	attrs, unnamed, bad := c.attrs(r)
-	if surplus := c.keep(r, user, res, recovered, orig, img, p.Gen(), attrs, unnamed, bad); surplus != nil {
-		c.opts.Tracker.Unpin(surplus)
-	}
+	c.keep(r, user, res, recovered, p, attributed, attrs, unnamed, bad)
 }
 
 // needsLibraries reports whether a user stack (the ip, then return
@@ -343,24 +350,6 @@ func needsLibraries(p *proc.Process, user []uint64) bool {
 		}
 	}
 	return miss && inExe
-}
-
-// imageGen marks a stack's image number as the generation of its pid's
-// image in the tracker (proc.Process.Gen); below it, image i is the pinned
-// images[i-1].
-const imageGen = 1 << 31
-
-// imageOf returns the image a stack's user frames belong to: a pinned one, an
-// image of its pid an exec has replaced since, or nil for the tracker's
-// entry of pid.
-func imageOf(t *proc.Tracker, pinned []*proc.Process, pid, image uint32) *proc.Process {
-	if image&imageGen != 0 {
-		return t.Image(pid, image&^imageGen)
-	}
-	if image != 0 {
-		return pinned[image-1]
-	}
-	return nil
 }
 
 // fixLeaf returns r's user stack unwound through code without frame
@@ -474,12 +463,11 @@ func (c *Collector) dropWindow(pid uint32) {
 	}
 }
 
-// keep stores the sample of r with the given user stack, against img when
-// it is pinned (a copy of the tracker's orig), else against the image of
-// its pid that gen names. It returns img when the interval holds a copy of
-// orig already, for the caller to unpin.
-func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, recovered bool, orig, img *proc.Process, gen uint32,
-	attrs profile.Attrs, unnamed int, badAttrs bool) (surplus *proc.Process) {
+// keep stores the sample of r with the given user stack, against img, the
+// image it was resolved to, which the interval holds from its first sample
+// on; attributed: a sample taken inside an exec placed in the image before.
+func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, recovered bool, img *proc.Process, attributed bool,
+	attrs profile.Attrs, unnamed int, badAttrs bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Samples++
@@ -510,19 +498,20 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 	if r.PreExec {
 		c.stats.PreExec++
 	}
-	image := imageGen | gen
-	if img != nil {
+	if attributed {
 		c.stats.PreExecAttributed++
-		image = c.imageIDs[orig]
-		if image != 0 {
-			surplus = img
+	}
+	image := img.Gen()
+	if !c.held[image] {
+		if c.held == nil {
+			c.held = map[uint32]bool{}
+		}
+		if c.opts.Tracker.Hold(img) {
+			c.held[image] = true
 		} else {
-			c.images = append(c.images, img)
-			image = uint32(len(c.images))
-			if c.imageIDs == nil {
-				c.imageIDs = map[*proc.Process]uint32{}
-			}
-			c.imageIDs[orig] = image
+			// Not the tracker's: the Build finds no image (counted
+			// there) rather than another one.
+			image = 0
 		}
 	}
 	if k := len(c.samples); k == 0 || len(c.samples[k-1]) == chunkSamples {
@@ -536,7 +525,6 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
 		kind: r.Kind, state: r.State, attrs: attrID,
 	})
-	return surplus
 }
 
 // Trim lets the leaf fixer drop what went idle (CFILeafFixer.Trim); call
@@ -564,35 +552,37 @@ func (c *Collector) Prepare() {
 	}
 	c.mu.Lock()
 	type key struct {
-		p     *proc.Process
+		gen   uint32
 		start uint64
 	}
 	seen := map[key]bool{}
 	var todo []key
 	var buf []uint64
 	for id := range c.stacks.len() {
-		pid, image, _, user := c.stacks.stack(uint32(id), &buf)
-		p := imageOf(c.opts.Tracker, c.images, pid, image)
+		_, image, _, user := c.stacks.stack(uint32(id), &buf)
+		p, _ := c.opts.Tracker.Image(image)
 		if p == nil {
-			p = c.opts.Tracker.Get(pid)
+			continue // counted by the Build
 		}
 		for _, a := range user {
 			m := p.Find(a)
 			if m == nil || m.Anonymous() || m.Path[0] == '[' {
 				continue
 			}
-			if k := (key{p, m.Start}); !seen[k] {
+			if k := (key{image, m.Start}); !seen[k] {
 				seen[k] = true
 				todo = append(todo, k)
 			}
 		}
 	}
 	c.mu.Unlock()
-	// Pinned images stay until the Build this precedes, which the same
+	// The images stay held until the Build this precedes, which the same
 	// caller makes.
 	for _, k := range todo {
-		if m := k.p.Find(k.start); m != nil {
-			c.opts.Symbolizer.Open(k.p.OpenPath(m), m.Path)
+		if p, _ := c.opts.Tracker.Image(k.gen); p != nil {
+			if m := p.Find(k.start); m != nil {
+				c.opts.Symbolizer.Open(p.OpenPath(m), m.Path)
+			}
 		}
 	}
 }
@@ -606,7 +596,7 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 	samples := make([]profile.Sample, 0, k.n)
 	var st Stats
 	prof := k.emit(c.opts, &st, func(s *profile.Sample) { samples = append(samples, *s) })
-	k.unpin(c.opts.Tracker)
+	k.release(c.opts.Tracker)
 	c.addStats(st)
 	prof.Samples = samples
 	return prof
@@ -620,7 +610,7 @@ func (c *Collector) Emit(end time.Time, add func(*profile.Sample)) *profile.Prof
 	var st Stats
 	k := c.take(end)
 	prof := k.emit(c.opts, &st, add)
-	k.unpin(c.opts.Tracker)
+	k.release(c.opts.Tracker)
 	c.addStats(st)
 	return prof
 }
@@ -630,6 +620,7 @@ func (c *Collector) addStats(st Stats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.StacksCut += st.StacksCut
+	c.stats.ImagesMissing += st.ImagesMissing
 }
 
 // kept is what the collector kept over one interval.
@@ -640,7 +631,7 @@ type kept struct {
 	stacks     stackTable
 	comms      names
 	attrSets   names
-	images     []*proc.Process
+	held       map[uint32]bool
 }
 
 // take hands over what was kept and starts afresh.
@@ -648,20 +639,20 @@ func (c *Collector) take(end time.Time) *kept {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms,
-		attrSets: c.attrSets, images: c.images}
+		attrSets: c.attrSets, held: c.held}
 	c.samples, c.n, c.stacks, c.comms, c.attrSets = nil, 0, stackTable{}, names{}, names{}
 	c.attrsCutLogged = false
-	c.images, c.imageIDs = nil, nil
+	c.held = nil
 	c.start = end
 	return k
 }
 
-// unpin releases the images pinned over the interval, once symbolized.
-func (k *kept) unpin(t *proc.Tracker) {
-	for _, p := range k.images {
-		t.Unpin(p)
+// release lets go of the images held over the interval, once symbolized.
+func (k *kept) release(t *proc.Tracker) {
+	for gen := range k.held {
+		t.Release(gen)
 	}
-	k.images = nil
+	k.held = nil
 }
 
 // chunkSamples is the size of the chunks samples are kept in (64 KiB).

@@ -104,7 +104,7 @@ func (fp *fakeProcs) write(pid uint32, before bool) {
 // its leaf fixed) against that image: the process as read before the exec,
 // whether the exec is reported before or after the sample is added, else
 // its parent's for a process never read (a posix_spawn child). It keeps
-// its own pid, thread, name and time, and the images pinned for it are
+// its own pid, thread, name and time, and the images held for it are
 // released after the report. A sample not flagged, at the same addresses,
 // is symbolized against the process's image of the report.
 func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
@@ -120,15 +120,17 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 	tests := []struct {
 		name string
 		// readBefore: the process was read before the exec began.
-		// execFirst: the exec is reported before the sample is added
-		// (the sampler's OnExec runs as the reader decodes the event).
+		// execFirst: the reader read the exec before the sample is
+		// added (it reads as it decodes the event, ahead of the
+		// consumer); the exec is applied after the sample, in stream
+		// order.
 		readBefore, execFirst bool
 		flagged               bool
 		want                  string
 		attributed            uint64
 	}{
 		{"read before, exec reported after", true, false, true, "leafMarker callerMarker outerMarker", 1},
-		{"read before, exec reported first", true, true, true, "leafMarker callerMarker outerMarker", 1},
+		{"read before, exec read first", true, true, true, "leafMarker callerMarker outerMarker", 1},
 		{"never read: the parent's image", false, true, true, "leafMarker callerMarker outerMarker", 1},
 		{"never read, exec reported after", false, false, true, "leafMarker callerMarker outerMarker", 1},
 		// Taken before the exec, so of the image before, flagged or not
@@ -152,7 +154,7 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 			fp.write(pid, false)
 			exec := sampler.ProcEvent{PID: pid, Time: time.Now()}
 			if tt.execFirst {
-				tr.Exec(pid, exec.Time, nil)
+				exec.Read = tr.ReadExec(pid, exec.Time, nil)
 			}
 			r := &sampler.Record{
 				Kind: profile.OnCPU, PID: pid, TID: pid + 1, CPU: 1, Comm: "new-name", Time: at, Value: 1,
@@ -205,7 +207,7 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 				t.Errorf("stats %+v, want %d samples inside an exec attributed", st, tt.attributed)
 			}
 			// Once reported and past two reports, only the new image's
-			// file stays open: the pinned image was released.
+			// file stays open: the held image was released.
 			tr.ForgetExited()
 			tr.ForgetExited()
 			tr.Exit(parent, time.Now())
@@ -217,11 +219,11 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 	}
 }
 
-// TestPreExecImagePinnedOncePerReport: the samples of many processes
-// taken inside their exec share their parent's image, pinned once per
-// report; neither process nor parent known leaves the sample to the
-// process's own image, counted as not attributed.
-func TestPreExecImagePinnedOncePerReport(t *testing.T) {
+// TestPreExecImageHeldOncePerReport: the samples of many processes taken
+// inside their exec share their parent's image, held once per report;
+// neither process nor parent known leaves the sample to the process's own
+// image, counted as not attributed.
+func TestPreExecImageHeldOncePerReport(t *testing.T) {
 	fp := newFakeProcs(t)
 	tr := proc.NewTracker(fp.root, nil)
 	defer tr.Close()
@@ -235,8 +237,9 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 	}
 	c.Add(&sampler.Record{Kind: profile.OnCPU, PID: 200, TID: 200, Comm: "orphan", Time: time.Now(), Value: 1,
 		UserStack: user, PreExec: true, ParentPID: 201})
-	if n := len(c.images); n != 1 {
-		t.Fatalf("%d images pinned for 10 children of one parent, want 1", n)
+	// The parent's image for the 10 children, the orphan's own.
+	if n, held := len(c.held), tr.Held(); n != 2 || held != 2 {
+		t.Fatalf("%d images held for 10 children of one parent and an orphan (%d in the tracker), want 2", n, held)
 	}
 	if st := c.Stats(); st.PreExec != 11 || st.PreExecAttributed != 10 {
 		t.Errorf("stats %+v, want 11 inside an exec, 10 attributed", st)
@@ -251,8 +254,8 @@ func TestPreExecImagePinnedOncePerReport(t *testing.T) {
 	if len(prof.Processes) != 11 {
 		t.Errorf("%d processes in the profile, want 11 (each sample's own)", len(prof.Processes))
 	}
-	if len(c.images) != 0 {
-		t.Errorf("%d images still pinned after the report", len(c.images))
+	if len(c.held) != 0 || tr.Held() != 0 {
+		t.Errorf("%d images still held after the report (%d in the tracker)", len(c.held), tr.Held())
 	}
 }
 
@@ -308,37 +311,25 @@ func (r *reusedPID) check(t *testing.T, n, first int) {
 // shows the exited process (its other threads dying after the leader's
 // exit event), later samples keep its image.
 //
-// The reader notes the exit as it reads it (Tracker.ExitAt); the exit
-// event itself may reach the collector before or after the fork's
-// samples, and marks the exited process, never the fork.
+// The events come in stream order: the samples taken before the exit
+// precede its event, the fork's follow it (the fork took the pid after the
+// exit). The exit marks the exited process, never the fork.
 func TestPIDReusedByFork(t *testing.T) {
-	for _, exitFirst := range []bool{true, false} {
-		t.Run(fmt.Sprintf("exit event added first %v", exitFirst), func(t *testing.T) {
-			r := newReusedPID(t)
-			r.c.Add(r.sample(time.Now())) // read at first sight
-			late := r.sample(time.Now())
-			exit := sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()}
-			r.tr.ExitAt(exit.PID, exit.Time) // the sampler's OnExit
-			if exitFirst {
-				r.c.ProcEvent(exit)
-			}
-			time.Sleep(time.Millisecond)
-			r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
-			time.Sleep(time.Millisecond)
-			r.fp.write(reusePID, false) // a fork of another program takes the pid
-			r.c.Add(late)
-			r.c.Add(r.sample(time.Now()))
-			if !exitFirst {
-				r.c.ProcEvent(exit)
-			}
-			if p := r.tr.Get(reusePID); p.Exited {
-				t.Errorf("the fork holding the pid is marked exited: %+v", p)
-			}
-			r.check(t, 4, 3)
-			if n := r.tr.Forked(); n != 1 {
-				t.Errorf("Forked() = %d, want 1", n)
-			}
-		})
+	r := newReusedPID(t)
+	r.c.Add(r.sample(time.Now())) // read at first sight
+	r.c.Add(r.sample(time.Now())) // taken before the exit
+	r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
+	time.Sleep(time.Millisecond)
+	r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
+	time.Sleep(time.Millisecond)
+	r.fp.write(reusePID, false) // a fork of another program takes the pid
+	r.c.Add(r.sample(time.Now()))
+	if p := r.tr.Get(reusePID); p.Exited {
+		t.Errorf("the fork holding the pid is marked exited: %+v", p)
+	}
+	r.check(t, 4, 3)
+	if n := r.tr.Forked(); n != 1 {
+		t.Errorf("Forked() = %d, want 1", n)
 	}
 }
 
@@ -346,20 +337,28 @@ func TestPIDReusedByFork(t *testing.T) {
 // (record keeps every process until its one report, and 1,000 processes a
 // second wrap a 32,768 pid space in half a minute). The samples of the
 // earlier process are symbolized against its image, not the later one's.
+//
+// In stream order the earlier process's second sample comes before its
+// exit event, or after it when a thread outlives the leader's exit.
 func TestPIDReusedInOneReport(t *testing.T) {
-	for _, execFirst := range []bool{false, true} {
-		t.Run(fmt.Sprintf("exec reported first %v", execFirst), func(t *testing.T) {
+	for _, afterExit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sample after the exit event %v", afterExit), func(t *testing.T) {
 			r := newReusedPID(t)
 			r.c.Add(r.sample(time.Now())) // read at first sight
 			late := r.sample(time.Now())
+			if !afterExit {
+				r.c.Add(late)
+			}
 			r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
 			time.Sleep(time.Millisecond)
 			r.fp.write(reusePID, false) // the pid's next process: another image
 			exec := sampler.ProcEvent{PID: reusePID, Time: time.Now()}
-			if execFirst {
-				r.tr.Exec(reusePID, exec.Time, nil) // the reader's OnExec, ahead of the samples queued before it
+			// The reader reads the exec as it decodes it, before the
+			// consumer handles the samples ahead of it.
+			exec.Read = r.tr.ReadExec(reusePID, exec.Time, nil)
+			if afterExit {
+				r.c.Add(late)
 			}
-			r.c.Add(late)
 			r.c.ProcEvent(exec)
 			r.c.Add(r.sample(time.Now()))
 			r.check(t, 3, 2)

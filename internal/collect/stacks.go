@@ -12,10 +12,9 @@ import "encoding/binary"
 // A stack is stored as its key, the bytes of pid, image, kernel frame
 // count, kernel frames and user frames (little endian): the map needs the
 // key anyway, and a second copy as []uint64 would double the table. The
-// image names what the user frames are symbolized against (imageOf): the
-// generation of the pid's image in the tracker (imageGen set), else the
-// number of an image pinned when the sample was added (a sample taken
-// inside an exec).
+// image names what the user frames are symbolized against: the
+// generation of the image the sample was resolved to (proc.Process.Gen),
+// which the interval holds in the tracker; 0 for none.
 type stackTable struct {
 	ids  map[string]uint32
 	keys []string // by id

@@ -110,7 +110,7 @@ func TestOpenSamplesABusyChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if !p.Drain(10*time.Second, nil, nil) {
+	if !p.Drain(10*time.Second, nil) {
 		t.Fatal("sampler not drained after 10s")
 	}
 	prof := p.Collector.Build(time.Now())

@@ -22,13 +22,14 @@ import (
 )
 
 // Source is what the pipeline needs of a sampler (*sampler.Sampler);
-// tests feed records through a fake.
+// tests feed events through a fake.
 type Source interface {
-	Records() <-chan *sampler.Record
-	ProcEvents() <-chan sampler.ProcEvent
+	// Events delivers samples and process events in ring order; the
+	// pipeline is its one consumer (Handle).
+	Events() <-chan sampler.Event
 	Counters() (map[string]uint64, error)
-	// Stop detaches the programs; the channels still deliver what the
-	// kernel had written.
+	// Stop detaches the programs; the channel still delivers what the
+	// kernel had written, then closes.
 	Stop()
 }
 
@@ -114,10 +115,10 @@ func Open(cfg Config) (*Pipeline, error) {
 		Frequency: cfg.Frequency, PIDs: pids, Logger: log,
 		OffCPU:    cfg.OffCPU,
 		RingBytes: cfg.Budget.RingMiB << 20,
-		// Read an exec'd image at once from the reader: a short-lived
-		// process is gone by the time its samples are handled.
-		OnExec: tracker.Exec,
-		OnExit: tracker.ExitAt,
+		// The reader reads an exec'd image as it decodes the exec: a
+		// short-lived process is gone by the time the consumer reaches
+		// the event, which carries the read to it.
+		Exec: tracker,
 		// The collector sizes each process's window from its first
 		// samples, copied with the widest.
 		NewProcessWindow: newProcessWindow(),
@@ -265,6 +266,16 @@ func (p *Pipeline) StopGoWait() {
 	<-p.goWaitDone
 }
 
+// Handle takes the next event of the stream: the one way samples and
+// process events reach the stages, in ring order, from one goroutine.
+func (p *Pipeline) Handle(e sampler.Event) {
+	if e.Sample != nil {
+		p.Add(e.Sample)
+	} else if e.Proc != nil {
+		p.ProcEvent(*e.Proc)
+	}
+}
+
 // Add hands one sample to the collector, noting its process for the
 // trace-context watcher and the JIT perf maps.
 func (p *Pipeline) Add(r *sampler.Record) {
@@ -293,20 +304,16 @@ func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
 	p.Collector.ProcEvent(e)
 }
 
-// Drain stops the source and hands on everything the kernel wrote before
-// the programs were detached: the sampler closes both channels once the
-// ring is empty. add and procEvent default to Add and ProcEvent; the
-// timeout only guards against a reader that never ends, and false says
-// it was reached.
-func (p *Pipeline) Drain(timeout time.Duration, add func(*sampler.Record), procEvent func(sampler.ProcEvent)) bool {
-	if add == nil {
-		add = p.Add
-	}
-	if procEvent == nil {
-		procEvent = p.ProcEvent
+// Drain stops the source and hands on, in order, everything the kernel
+// wrote before the programs were detached: the sampler closes the channel
+// once the ring is empty. handle defaults to Handle; the timeout only
+// guards against a reader that never ends, and false says it was reached.
+func (p *Pipeline) Drain(timeout time.Duration, handle func(sampler.Event)) bool {
+	if handle == nil {
+		handle = p.Handle
 	}
 	p.Source.Stop()
-	return sampler.Drain(p.Source.Records(), p.Source.ProcEvents(), timeout, add, procEvent)
+	return sampler.Drain(p.Source.Events(), timeout, handle)
 }
 
 // Close stops what Start started and closes what Open and New opened.

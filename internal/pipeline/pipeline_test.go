@@ -15,7 +15,7 @@ import (
 	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
-func newFakeSource() *pipelinetest.Source { return pipelinetest.NewSource(64, 16) }
+func newFakeSource() *pipelinetest.Source { return pipelinetest.NewSource(64 + 16) }
 
 // noKernel leaves kernel addresses unsymbolized without reading kallsyms.
 type noKernel struct{}
@@ -88,7 +88,7 @@ func TestAddAndProcEventReachEveryStage(t *testing.T) {
 }
 
 // TestDrainTakesWhatWasQueued: Drain stops the source and hands on every
-// sample and event queued before the channels closed.
+// sample and event queued before the channel closed.
 func TestDrainTakesWhatWasQueued(t *testing.T) {
 	src := newFakeSource()
 	corr := &calls{}
@@ -98,11 +98,11 @@ func TestDrainTakesWhatWasQueued(t *testing.T) {
 	}
 	defer p.Close()
 	for range 5 {
-		src.Recs <- selfRecord(time.Now())
+		src.Sample(selfRecord(time.Now()))
 	}
-	src.Procs <- sampler.ProcEvent{PID: 0x7ffffff0, Time: time.Now(), Exit: true}
-	if !p.Drain(5*time.Second, nil, nil) {
-		t.Fatal("drain timed out on closed channels")
+	src.Proc(sampler.ProcEvent{PID: 0x7ffffff0, Time: time.Now(), Exit: true})
+	if !p.Drain(5*time.Second, nil) {
+		t.Fatal("drain timed out on a closed channel")
 	}
 	if !src.Stopped.Load() {
 		t.Error("drain did not stop the source")

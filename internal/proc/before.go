@@ -1,20 +1,17 @@
 package proc
 
-import (
-	"os"
-	"syscall"
-	"time"
-)
+import "time"
 
 // Before returns the image process pid ran at time at, a moment inside an
 // exec before the new image's registers were set (a sample flagged
-// pre-exec, whose user registers and stack are still that image's): the
-// process as read before that exec, kept by Exec when the exec was
-// reported already; else its parent's, whose address space a vfork or
-// posix_spawn child runs in until its exec, and which a forked child
-// copied. pid itself is not read: procfs shows its new image by now, or
-// none. Nil when neither is known. The result is the tracker's: Pin it to
-// keep it past a report.
+// pre-exec, whose user registers and stack are still that image's). Such a
+// sample comes before its exec in the stream (the thread reserved it
+// before it reached the exec tracepoint), so the pid's entry is that
+// image when it was read before at; else it is its parent's, whose address
+// space a vfork or posix_spawn child runs in until its exec, and which a
+// forked child copied. pid itself is not read: procfs shows its new image
+// by now, or none. Nil when neither is known. The result is the tracker's:
+// Hold it to keep it past a report.
 //
 // ip is the sample's user instruction pointer. A parent read before its
 // loader mapped the libraries (at its first sample, in its own start)
@@ -25,20 +22,15 @@ func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// An entry read after at may hold the new image already.
-	if p, ok := imageAt(t.procs[pid], at); ok && !p.Exited && p.readAt.Before(at) {
+	if p, ok := t.procs[pid]; ok && !p.Exited && p.readAt.Before(at) {
 		return p
 	}
 	if parent == 0 || parent == pid {
 		return nil
 	}
-	// The parent is read at first sight, like the process of any sample:
-	// it is the same image then, unless it exec'd since.
-	cur := t.get(parent)
-	p, ok := imageAt(cur, at)
-	if !ok {
-		return nil
-	}
-	if p == cur && p.Find(ip) == nil {
+	// The parent is read at first sight, like the process of any sample.
+	p := t.get(parent)
+	if p.Find(ip) == nil {
 		p = t.refresh(parent, parentRefreshAge)
 	}
 	if p == nil || len(p.Mappings) == 0 {
@@ -52,47 +44,3 @@ func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 // once more after its start, and an address no re-read finds costs one
 // read of its maps per interval.
 const parentRefreshAge = 100 * time.Millisecond
-
-// imageAt returns the image of the table's entry p at time at: p, or,
-// following the images the execs replaced, the one running at at. ok is
-// false when it is unknown: every exec known came after at, and img is the
-// oldest image known. A zero at (no time known) means p.
-func imageAt(p *Process, at time.Time) (img *Process, ok bool) {
-	for !at.IsZero() && p != nil && p.execAt.After(at) {
-		if p.before == nil {
-			return p, false
-		}
-		p = p.before
-	}
-	return p, p != nil
-}
-
-// Pin returns a copy of p holding references of its own to p's files, so
-// that it stays readable whatever becomes of p (replaced by an exec, its
-// exit forgotten) until Unpin. Files p no longer holds are opened by path.
-func (t *Tracker) Pin(p *Process) *Process {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	c := *p
-	c.before = nil // the table's entry owns it
-	c.Files = make(map[uint64]*os.File, len(p.Files))
-	for start, f := range p.Files {
-		if k, ok := t.keys[f]; ok {
-			t.files[k].refs++
-			c.Files[start] = f
-		} else if fd, err := syscall.Dup(int(f.Fd())); err == nil {
-			// A handle of this process alone (not the mapped inode's):
-			// unref closes it, so the copy gets its own.
-			syscall.CloseOnExec(fd)
-			c.Files[start] = os.NewFile(uintptr(fd), f.Name())
-		}
-	}
-	return &c
-}
-
-// Unpin releases a copy Pin returned.
-func (t *Tracker) Unpin(p *Process) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.release(p)
-}

@@ -8,9 +8,10 @@ import (
 )
 
 // TestBeforeExec: a sample taken inside an exec is placed in the image the
-// process was read with before the exec, also once the exec replaced it;
-// a process not read before (a fresh vfork child), or read only after the
-// sample, takes its parent's image.
+// process was read with before the exec, also once the reader read the
+// exec (the sample precedes the exec in the stream, so it is handled
+// before the exec is applied); a process not read before (a fresh vfork
+// child), or read only after the sample, takes its parent's image.
 func TestBeforeExec(t *testing.T) {
 	tmp := t.TempDir()
 	old, exe, parent := filepath.Join(tmp, "old"), filepath.Join(tmp, "new"), filepath.Join(tmp, "parent")
@@ -39,12 +40,19 @@ func TestBeforeExec(t *testing.T) {
 		t.Errorf("before the exec event: image %s, want %s", got, old)
 	}
 	fakeProc(t, root, 7, exe)
-	tr.Exec(7, time.Now(), nil) // reported after the sample
+	execAt := time.Now()
+	read := tr.ReadExec(7, execAt, nil) // the reader, as it decodes the exec
+	if got := exePath(tr.Before(7, 8, inExec, 0x400000)); got != old {
+		t.Errorf("after the exec was read: image %s, want %s (the one the exec replaces)", got, old)
+	}
+	// A held image stays readable after the exec replaced it (below).
+	img := tr.Before(7, 8, inExec, 0x400000)
+	if !tr.Hold(img) {
+		t.Fatal("the pid's entry could not be held")
+	}
+	tr.ApplyExec(7, execAt, read) // the consumer, after the sample
 	if got := exePath(tr.Get(7)); got != exe {
 		t.Fatalf("after the exec: %s, want %s", got, exe)
-	}
-	if got := exePath(tr.Before(7, 8, inExec, 0x400000)); got != old {
-		t.Errorf("after the exec event: image %s, want %s (the one the exec replaced)", got, old)
 	}
 	if got := exePath(tr.Before(9, 8, inExec, 0x400000)); got != parent {
 		t.Errorf("process never read: image %s, want the parent's %s", got, parent)
@@ -71,22 +79,27 @@ func TestBeforeExec(t *testing.T) {
 		t.Errorf("parent's library not found by a re-read: %+v", p)
 	}
 
-	// A pinned image stays readable after the tracker let it go.
-	pinned := tr.Pin(tr.Before(7, 8, inExec, 0x400000))
 	tr.ForgetExited()
 	tr.ForgetExited() // the image before pid 7's exec goes
 	if p := tr.Before(7, 0, inExec, 0x400000); p != nil {
 		t.Errorf("image before the exec still kept after two reports: %s", exePath(p))
 	}
-	if _, err := os.ReadFile(pinned.OpenPath(&pinned.Mappings[0])); err != nil {
-		t.Fatalf("pinned image's file: %v", err)
+	held, current := tr.Image(img.Gen())
+	if held == nil || current {
+		t.Fatalf("held image after the exec: %v (current %v), want the image the exec replaced", held, current)
 	}
-	if _, held := pinned.Files[pinned.Mappings[0].Start]; !held {
-		t.Fatal("pinned image holds no handle of its own")
+	if _, err := os.ReadFile(held.OpenPath(&held.Mappings[0])); err != nil {
+		t.Fatalf("held image's file: %v", err)
+	}
+	if _, ok := held.Files[held.Mappings[0].Start]; !ok {
+		t.Fatal("held image holds no handle")
 	}
 	n := tr.OpenFiles()
-	tr.Unpin(pinned)
+	tr.Release(img.Gen())
 	if got := tr.OpenFiles(); got != n-1 {
-		t.Fatalf("%d handles after Unpin, want %d (the old executable's closed)", got, n-1)
+		t.Fatalf("%d handles after Release, want %d (the old executable's closed)", got, n-1)
+	}
+	if p, _ := tr.Image(img.Gen()); p != nil {
+		t.Errorf("released image still returned: %+v", p)
 	}
 }

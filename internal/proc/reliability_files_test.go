@@ -85,9 +85,9 @@ func TestReliabilityChurnSharesFiles(t *testing.T) {
 }
 
 // TestReliabilityExecReleasesFiles: an exec reads the new image at once
-// and keeps the old one (for the samples taken inside the exec) until the
-// second ForgetExited after it, which drops its handles; a second report
-// of the same exec changes nothing.
+// and keeps the old one while a kept sample holds it (Hold), until its
+// Release drops its handles; a second report of the same exec changes
+// nothing.
 func TestReliabilityExecReleasesFiles(t *testing.T) {
 	tmp := t.TempDir()
 	exe := filepath.Join(tmp, "exe")
@@ -100,7 +100,10 @@ func TestReliabilityExecReleasesFiles(t *testing.T) {
 	tr := NewTracker(root, nil)
 	defer tr.Close()
 	tr.Get(7)
-	tr.Get(8)
+	held := tr.Get(8)
+	if !tr.Hold(held) { // a sample of pid 8 is kept for the next report
+		t.Fatal("pid 8 could not be held")
+	}
 	at := time.Now()
 	fakeProc(t, root, 7, exe2) // pid 7 execs exe2
 	tr.Exec(7, at, nil)
@@ -117,15 +120,15 @@ func TestReliabilityExecReleasesFiles(t *testing.T) {
 	fakeProc(t, root, 8, exe2)
 	tr.Exec(8, time.Now(), nil)
 	if got := tr.OpenFiles(); got != 2 {
-		t.Fatalf("%d handles after both execs, want 2 (exe2 shared, exe kept as the image before)", got)
+		t.Fatalf("%d handles after both execs, want 2 (exe2 shared, exe kept as the image pid 8's sample holds)", got)
 	}
 	tr.ForgetExited()
 	if got := tr.OpenFiles(); got != 2 {
-		t.Fatalf("%d handles after the report following the execs, want 2", got)
+		t.Fatalf("%d handles after a report while the sample is held, want 2", got)
 	}
-	tr.ForgetExited()
+	tr.Release(held.Gen()) // the sample was symbolized
 	if got := tr.OpenFiles(); got != 1 {
-		t.Fatalf("%d handles after the second report, want 1 (exe2 shared)", got)
+		t.Fatalf("%d handles once the sample released its image, want 1 (exe2 shared)", got)
 	}
 }
 

@@ -30,15 +30,7 @@ type Process struct {
 	// read (RereadAfterExec), which came before the loader mapped the
 	// libraries.
 	execReread bool
-	// before is the image that exec replaced: the process as read before
-	// it (samples taken inside the exec still run there, and reach the
-	// collector after the exec event that replaced it, see Before), or an
-	// earlier process of the same pid, exited, whose samples may still wait
-	// for the report. Owned by the entry in the table; released with it,
-	// or at the second ForgetExited after the exec.
-	before *Process
-	// gen counts the images of this pid the tracker replaced since it
-	// first saw the pid: samples name their image by it (Image).
+	// gen names the image (hold.go): copies of it keep it.
 	gen uint32
 	// exitAt is the time of the process's exit (zero: not seen), and
 	// lookedAt when procfs was last read for a process that took the pid
@@ -110,8 +102,10 @@ type Tracker struct {
 	// mu): thousands of processes a second are read under churn, and
 	// only what is kept of them should allocate.
 	buf bytes.Buffer
-	// forgotAt is the time of the last ForgetExited.
-	forgotAt time.Time
+	// gens numbers the images (newGen); held are those consumers hold,
+	// by generation (Hold).
+	gens uint32
+	held map[uint32]*held
 }
 
 // fileKey names a file by the device and inode /proc/PID/maps shows. While
@@ -132,7 +126,7 @@ func NewTracker(procRoot string, log *slog.Logger) *Tracker {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tracker{root: procRoot, log: log, procs: map[uint32]*Process{}, files: map[fileKey]*sharedFile{}, keys: map[*os.File]fileKey{}}
+	return &Tracker{root: procRoot, log: log, procs: map[uint32]*Process{}, held: map[uint32]*held{}, files: map[fileKey]*sharedFile{}, keys: map[*os.File]fileKey{}}
 }
 
 // Get returns the process, reading it from procfs at first sight. It
@@ -155,79 +149,40 @@ func (t *Tracker) get(pid uint32) *Process {
 		p = &Process{PID: pid, Exited: true}
 	}
 	p.readAt = time.Now()
+	p.gen = t.newGen()
 	t.procs[pid] = p
 	return p
 }
 
-// Exec re-reads pid, whose image changed at time at, right away: a
-// short-lived process must be read before it is gone. A process already
-// read after at is kept, so a second report of one exec costs nothing.
-// When it is gone already, img (the exec's image, may be nil) still places
-// its executable and dynamic loader. The image replaced is kept for the
-// samples taken inside the exec (Before).
+// Exec reads pid, whose image changed at time at, and applies the read
+// (ReadExec, ApplyExec), for a caller with no reader ahead of it. A
+// process already read after at is kept without a read, so a second report
+// of one exec costs nothing.
 func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	var before *Process
-	if p, ok := t.procs[pid]; ok {
-		if !p.readAt.IsZero() && !p.readAt.Before(at) {
-			if p.execAt.IsZero() {
-				// Read after the exec, for a sample handled before its
-				// report: the new image, maybe before its loader mapped
-				// the libraries (ExecRead). A copy: p may be held.
-				np := *p
-				np.execAt = at
-				t.procs[pid] = &np
-			}
-			return
-		}
-		delete(t.procs, pid)
-		// Live (the image before this exec) or exited (an earlier process
-		// of the same pid): samples of either may still be symbolized.
-		before = p
+	readAfter := t.readAfterExec(pid, at)
+	t.mu.Unlock()
+	if !readAfter {
+		t.ApplyExec(pid, at, t.ReadExec(pid, at, img))
 	}
-	p, err := t.read(pid)
-	if err == nil && p.Exited && len(p.Mappings) == 0 {
-		err = fmt.Errorf("exited") // a zombie: its maps are empty
-	}
-	if err != nil {
-		t.log.Debug("read process after exec", "pid", pid, "error", err)
-		if p != nil {
-			t.release(p)
-		}
-		var serr error
-		if p, serr = t.synthesize(pid, img); serr != nil {
-			t.log.Debug("place process from its exec", "pid", pid, "error", serr)
-			p = &Process{PID: pid, Exited: true}
-		} else {
-			t.synthesized++
-		}
-	}
-	p.readAt = time.Now()
-	p.execAt = at
-	p.before = before
-	if before != nil {
-		p.gen = before.gen + 1
-	}
-	t.procs[pid] = p
 }
 
-// GetAt returns the image pid ran at time at, reading the process at first
-// sight like Get: the tracker's entry, or an image an exec after at
-// replaced (the exec is reported before the samples queued ahead of it are
-// handled, and a pid is reused by another process under churn). A zero at
-// (no time known) means the entry.
-func (t *Tracker) GetAt(pid uint32, at time.Time) *Process {
+// Current returns the entry of pid for a sample taken at time at and
+// handed over in stream order, reading the process at first sight like
+// Get: every exec and exit before the sample in the stream has been
+// applied, so the entry is the image the sample ran in, unless a fork
+// that never exec'd took the pid after its process's exit (successor). A
+// zero at (no time known) means the entry.
+func (t *Tracker) Current(pid uint32, at time.Time) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p, _ := imageAt(t.successor(t.get(pid), at), at) // unknown: the oldest image known
-	return p
+	return t.successor(t.get(pid), at)
 }
 
 // successor returns the process that holds p's pid at time at. That is p,
 // unless p exited before at and a fork that never exec'd took the pid
 // since (an exec would have replaced p): then the new process is read and
-// becomes the pid's entry, with p as the image before it. procfs is read
+// becomes the pid's entry, p retired (kept while held). procfs is read
 // once per sample taken after the last read, and a pid still held by the
 // exiting process (its other threads dying after the leader's exit event)
 // or by no process keeps p. Callers hold t.mu.
@@ -247,33 +202,11 @@ func (t *Tracker) successor(p *Process, at time.Time) *Process {
 	n.readAt = p.lookedAt
 	// Images are told apart by time: this one began after the exit.
 	n.execAt = p.exitAt.Add(time.Nanosecond)
-	n.before = p
-	n.gen = p.gen + 1
+	n.gen = t.newGen()
+	t.retire(p)
 	t.procs[p.PID] = n
 	t.forked++
 	return n
-}
-
-// Gen names p's image of its pid for Image.
-func (p *Process) Gen() uint32 { return p.gen }
-
-// Image returns the image of pid that Gen named gen, when an exec has
-// replaced it since; nil when gen is the tracker's entry (use Get, which
-// may refresh it) or the image is gone.
-func (t *Tracker) Image(pid, gen uint32) *Process {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.procs[pid]
-	if p == nil || p.gen == gen {
-		return nil
-	}
-	for p != nil && p.gen > gen {
-		p = p.before
-	}
-	if p == nil || p.gen != gen {
-		return nil
-	}
-	return p
 }
 
 // Refresh re-reads the mappings of pid, a live process read at least
@@ -348,62 +281,34 @@ func (t *Tracker) Forked() int {
 	return t.forked
 }
 
-// Exit marks the process pid ran at time at (zero: the current one) as
-// exited then; its mappings stay for symbolization until ForgetExited. An
-// exec or a fork that took the pid since (the reader reports execs and
-// exits ahead of the samples queued before them) keeps its own image.
+// Exit marks pid's entry as exited at time at (zero: now unknown); its
+// mappings stay for symbolization until ForgetExited. It is applied in
+// stream order: the entry is the process that exited, unless it was read
+// after a later exec (its first sight came late), which keeps its image.
 func (t *Tracker) Exit(pid uint32, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.exited(pid, at); p != nil {
-		p.Exited = true
-	}
-}
-
-// ExitAt notes that the process pid ran at time at exited then, without
-// marking it exited yet (Exit does, when its samples queued before the
-// exit have been added): the sampler's reader calls it as it reads the
-// exit, so that samples of a fork that takes the pid after it are told
-// apart (successor) whatever order they reach the tracker in.
-func (t *Tracker) ExitAt(pid uint32, at time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.exited(pid, at)
-}
-
-// exited records at as the exit time of the image pid ran at time at, and
-// returns that image (nil: none known). Callers hold t.mu.
-func (t *Tracker) exited(pid uint32, at time.Time) *Process {
 	p, ok := t.procs[pid]
-	if !ok {
-		return nil
+	if !ok || !at.IsZero() && p.execAt.After(at) {
+		return
 	}
-	if !at.IsZero() {
-		if p, ok = imageAt(p, at); !ok {
-			return nil // an image before any the tracker knows
-		}
-		if p.exitAt.IsZero() {
-			p.exitAt = at
-		}
+	if p.exitAt.IsZero() {
+		p.exitAt = at
 	}
-	return p
+	p.Exited = true
 }
 
-// ForgetExited drops exited processes, closing their files, and the images
-// replaced by execs before the previous call: their samples were added
-// long since (Before). The agent calls it after each report.
+// ForgetExited drops exited processes, closing their files unless their
+// images are held (Hold). The agent calls it after each report.
 func (t *Tracker) ForgetExited() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for pid, p := range t.procs {
 		if p.Exited {
-			t.release(p)
+			t.retire(p)
 			delete(t.procs, pid)
-		} else if p.before != nil && p.execAt.Before(t.forgotAt) {
-			t.releaseBefore(p)
 		}
 	}
-	t.forgotAt = time.Now()
 }
 
 // Len returns the number of processes tracked.
@@ -421,24 +326,28 @@ func (t *Tracker) Close() {
 		t.release(p)
 		delete(t.procs, pid)
 	}
+	for gen, h := range t.held {
+		if h.retired != nil {
+			t.release(h.retired)
+		}
+		delete(t.held, gen)
+	}
+	// Reads of execs never applied (their events still queued when the
+	// sampler closed) hold the rest.
+	for k, sf := range t.files {
+		sf.f.Close()
+		delete(t.files, k)
+		delete(t.keys, sf.f)
+	}
 }
 
 // release drops p's references to its files, closing those no other
-// process maps, and the image before p's exec. Callers hold t.mu.
+// process maps. Callers hold t.mu.
 func (t *Tracker) release(p *Process) {
 	for _, f := range p.Files {
 		t.unref(f)
 	}
 	p.Files = nil
-	t.releaseBefore(p)
-}
-
-// releaseBefore releases the image p's exec replaced. Callers hold t.mu.
-func (t *Tracker) releaseBefore(p *Process) {
-	if p.before != nil {
-		t.release(p.before)
-		p.before = nil
-	}
 }
 
 func (t *Tracker) unref(f *os.File) {

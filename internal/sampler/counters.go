@@ -29,11 +29,16 @@ var counterNames = map[bpf.SamplerDropCounter]string{
 
 // Counters returns the kernel counters summed over CPUs and the user-space
 // drops, by name. Names starting with "lost_" are samples that never
-// reached the profile.
+// reached the profile, or process events (lost_proc_events*) that never
+// reached the tracker; lost_decode counts every record that did not decode.
 func (s *Sampler) Counters() (map[string]uint64, error) {
 	out := map[string]uint64{
 		"lost_queue_full": s.queueDrops.Load(),
 		"lost_decode":     s.decodeDrops.Load(),
+		// Not samples, but named as the kernel's lost_proc_events: execs
+		// and exits the consumer never saw, whose processes' samples may
+		// then be placed in the image before.
+		"lost_proc_events_queue_full": s.procDrops.Load(),
 	}
 	for idx, name := range counterNames {
 		var perCPU []uint64

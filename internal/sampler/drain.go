@@ -2,29 +2,21 @@ package sampler
 
 import "time"
 
-// Drain hands every record and event still queued to rec and proc until
-// both channels are closed — Run closes them once a stopped sampler's ring
-// is empty — or timeout passes. It reports whether the channels closed, so
-// a caller can say that something may be missing.
-func Drain(records <-chan *Record, procs <-chan ProcEvent, timeout time.Duration, rec func(*Record), proc func(ProcEvent)) bool {
+// Drain hands every event still queued to handle, in order, until the
+// channel is closed — Run closes it once a stopped sampler's ring is
+// empty — or timeout passes. It reports whether the channel closed, so a
+// caller can say that something may be missing.
+func Drain(events <-chan Event, timeout time.Duration, handle func(Event)) bool {
 	deadline := time.After(timeout)
-	for records != nil || procs != nil {
+	for {
 		select {
-		case r, ok := <-records:
+		case e, ok := <-events:
 			if !ok {
-				records = nil
-				continue
+				return true
 			}
-			rec(r)
-		case e, ok := <-procs:
-			if !ok {
-				procs = nil
-				continue
-			}
-			proc(e)
+			handle(e)
 		case <-deadline:
 			return false
 		}
 	}
-	return true
 }

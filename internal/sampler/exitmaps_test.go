@@ -82,11 +82,10 @@ func exitMapsOf(t *testing.T, s *Sampler, pid int) ProcEvent {
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
-		case e := <-s.ProcEvents():
-			if e.PID == uint32(pid) && e.Maps != nil {
-				return e
+		case ev := <-s.Events():
+			if e := ev.Proc; e != nil && e.PID == uint32(pid) && e.Maps != nil {
+				return *e
 			}
-		case <-s.Records():
 		case <-deadline:
 			c, _ := s.Counters()
 			t.Fatalf("no mappings captured at the exit of %d; counters %v", pid, c)
@@ -146,12 +145,11 @@ func TestExitMapsKilled(t *testing.T) {
 	deadline := time.After(2 * time.Second)
 	for {
 		select {
-		case e := <-s.ProcEvents():
-			if e.PID == uint32(cmd.Process.Pid) && e.Maps != nil {
+		case ev := <-s.Events():
+			if e := ev.Proc; e != nil && e.PID == uint32(cmd.Process.Pid) && e.Maps != nil {
 				sameMappings(t, e.Maps, want)
 				return
 			}
-		case <-s.Records():
 		case <-deadline:
 			c, _ := s.Counters()
 			if c["exit_maps_missed"] > before["exit_maps_missed"] {

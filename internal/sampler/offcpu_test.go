@@ -83,11 +83,13 @@ func drain(s *Sampler) []*Record {
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
-		case r, ok := <-s.Records():
+		case e, ok := <-s.Events():
 			if !ok {
 				return out
 			}
-			out = append(out, r)
+			if e.Sample != nil {
+				out = append(out, e.Sample)
+			}
 		case <-timeout:
 			return out
 		}

@@ -82,7 +82,11 @@ func TestOTelMap(t *testing.T) {
 		loop:
 			for {
 				select {
-				case r := <-s.Records():
+				case e := <-s.Events():
+					r := e.Sample
+					if r == nil {
+						continue
+					}
 					n++
 					if r.CtxSource == bpf.SamplerCtxSourceCTX_OTEL_MAP {
 						fromMap++

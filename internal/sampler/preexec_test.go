@@ -47,8 +47,10 @@ func TestPreExecFlagInsideExecve(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for r := range s.Records() {
-			recs = append(recs, r)
+		for e := range s.Events() {
+			if e.Sample != nil {
+				recs = append(recs, e.Sample)
+			}
 		}
 	}()
 	deadline := time.Now().Add(3 * time.Second)

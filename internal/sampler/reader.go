@@ -25,8 +25,7 @@ var past = time.Unix(1, 0)
 // thread polling every 20 µs to 10 ms and retaking that P: hundreds of
 // thread wake-ups a second, about half of record's CPU while it samples.
 func (s *Sampler) Run() {
-	defer close(s.records)
-	defer close(s.procs)
+	defer close(s.events)
 	var rec ringbuf.Record
 	for {
 		// Read after the flag: once Stop set it, this pass reads the last
@@ -69,24 +68,32 @@ func (s *Sampler) drain(rec *ringbuf.Record) bool {
 			s.decodeDrops.Add(1)
 			continue
 		}
-		if pe != nil {
-			if !pe.Exit && s.onExec != nil {
-				s.onExec(pe.PID, pe.Time, pe.Image)
-			}
-			if pe.Exit && s.onExit != nil {
-				s.onExit(pe.PID, pe.Time)
-			}
-			select {
-			case s.procs <- *pe:
-			default:
-				s.queueDrops.Add(1)
-			}
-			continue
+		s.queue(r, pe)
+	}
+}
+
+// queue hands one decoded record on, in ring order. An exec's process is
+// read first, while it may still live. A full queue drops and counts the
+// record: a sample as lost_queue_full, a process event as
+// lost_proc_events_queue_full, its read released.
+func (s *Sampler) queue(r *Record, pe *ProcEvent) {
+	ev := Event{Sample: r}
+	if pe != nil {
+		if !pe.Exit && s.exec != nil {
+			pe.Read = s.exec.ReadExec(pe.PID, pe.Time, pe.Image)
 		}
-		select {
-		case s.records <- r:
-		default:
+		ev = Event{Proc: pe}
+	}
+	select {
+	case s.events <- ev:
+	default:
+		if pe == nil {
 			s.queueDrops.Add(1)
+			return
+		}
+		s.procDrops.Add(1)
+		if pe.Read != nil {
+			s.exec.Discard(pe.Read)
 		}
 	}
 }

@@ -67,6 +67,26 @@ type ProcEvent struct {
 	MapsDropped int
 	// Exe is the path of the executable among Maps, "" when unknown.
 	Exe string
+	// Read is an exec's process as the reader read it from /proc while
+	// decoding the event (Options.Exec), for the consumer to apply; nil
+	// for an exit or without Options.Exec.
+	Read *proc.ExecRead
+}
+
+// Event is one record of the ring, decoded: exactly one of Sample and Proc
+// is set. Events come in the order the programs reserved them in the ring,
+// which per process is the order of what happened (docs/dataflow.md).
+type Event struct {
+	Sample *Record
+	Proc   *ProcEvent
+}
+
+// ExecReader reads an exec'd process while it may still live
+// (*proc.Tracker): the reader calls ReadExec as it decodes the exec, and
+// Discard for a read whose event it dropped.
+type ExecReader interface {
+	ReadExec(pid uint32, at time.Time, img *proc.Image) *proc.ExecRead
+	Discard(r *proc.ExecRead)
 }
 
 // recordTagged marks the first word of the records that are neither

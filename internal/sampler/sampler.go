@@ -20,7 +20,6 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/clock"
-	"github.com/spanprof/spanprof/internal/proc"
 )
 
 // PinDir is where maps shared with other programs are pinned.
@@ -64,16 +63,11 @@ type Options struct {
 	// map is looked for; "" is OTelTracesMapPin.
 	OTelMapPin string
 	Clock      *clock.Converter
-	// OnExec, if set, is called from the reader as soon as an exec is
-	// read, before the records after it are queued: a short-lived process
-	// must be read from /proc before it is gone. at is the exec time, img
-	// where the new image lies.
-	OnExec func(pid uint32, at time.Time, img *proc.Image)
-	// OnExit, if set, is called from the reader as soon as a process's
-	// exit is read, before the records after it are queued: samples of a
-	// process that takes the pid by a fork, with no exec to tell of it,
-	// are then told apart from the exited one's (proc.Tracker.ExitAt).
-	OnExit func(pid uint32, at time.Time)
+	// Exec, if set, reads an exec'd process from /proc as the reader
+	// decodes the exec event, before the records after it: a short-lived
+	// process must be read before it is gone. The read travels inside the
+	// event (ProcEvent.Read) for the consumer to apply in stream order.
+	Exec ExecReader
 }
 
 // Sampler owns the loaded programs and the ring-buffer reader.
@@ -85,8 +79,7 @@ type Sampler struct {
 	perf   []int
 	reader *ringbuf.Reader
 	freq   int
-	onExec func(pid uint32, at time.Time, img *proc.Image)
-	onExit func(pid uint32, at time.Time)
+	exec   ExecReader
 	// ring wakes Run for the kernel's wake-ups, its poll deadline and
 	// Stop, through the Go netpoller.
 	ring *ringWait
@@ -99,11 +92,11 @@ type Sampler struct {
 	exit       *bpf.ExitMapsObjects
 	filterPIDs bool
 
-	records chan *Record
-	procs   chan ProcEvent
+	events chan Event
 
 	mu          sync.Mutex // guards links after start
 	queueDrops  atomic.Uint64
+	procDrops   atomic.Uint64
 	decodeDrops atomic.Uint64
 	closeOnce   sync.Once
 	// readerMu orders Close's closing of the reader after a wait's
@@ -183,12 +176,10 @@ func New(opts Options) (*Sampler, error) {
 	}
 
 	s := &Sampler{
-		log:     opts.Logger,
-		dec:     newDecoder(opts.Clock),
-		onExec:  opts.OnExec,
-		onExit:  opts.OnExit,
-		records: make(chan *Record, opts.Queue),
-		procs:   make(chan ProcEvent, 4096),
+		log:    opts.Logger,
+		dec:    newDecoder(opts.Clock),
+		exec:   opts.Exec,
+		events: make(chan Event, opts.Queue),
 
 		filterPIDs: len(opts.PIDs) > 0,
 	}
@@ -310,11 +301,9 @@ func ensureBPFFS(dir string) error {
 	return nil
 }
 
-// Records delivers decoded samples. It is closed when Run returns.
-func (s *Sampler) Records() <-chan *Record { return s.records }
-
-// ProcEvents delivers exec and exit events. It is closed when Run returns.
-func (s *Sampler) ProcEvents() <-chan ProcEvent { return s.procs }
+// Events delivers the samples and process events in the order the
+// programs reserved them in the ring. It is closed when Run returns.
+func (s *Sampler) Events() <-chan Event { return s.events }
 
 // TaskTraceContext is the task-storage map other programs can fill.
 func (s *Sampler) TaskTraceContext() *ebpf.Map { return s.objs.TaskTraceContext }

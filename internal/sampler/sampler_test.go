@@ -81,17 +81,23 @@ func TestSamplesBusyChild(t *testing.T) {
 loop:
 	for {
 		select {
-		case r := <-s.Records():
-			check(r)
+		case e := <-s.Events():
+			if e.Sample != nil {
+				check(e.Sample)
+			}
 		case <-deadline:
 			break loop
 		}
 	}
 	ran := cpuTime(t, cmd.Process.Pid) - cpu0
 	// Stop wakes the reader, which hands over what the ring still holds and
-	// closes both channels.
+	// closes the channel.
 	s.Stop()
-	if !Drain(s.Records(), s.ProcEvents(), 5*time.Second, check, func(ProcEvent) {}) {
+	if !Drain(s.Events(), 5*time.Second, func(e Event) {
+		if e.Sample != nil {
+			check(e.Sample)
+		}
+	}) {
 		t.Fatal("the channels were not closed within 5s of Stop")
 	}
 	c, err := s.Counters()

@@ -8,36 +8,36 @@ import (
 	"github.com/spanprof/spanprof/internal/sampler"
 )
 
-// Source stands in for the eBPF sampler: a test writes to Recs and
-// Procs, and Stop closes them as the sampler does once its ring is
-// drained.
+// Source stands in for the eBPF sampler: a test writes events to Ch
+// (Sample and Proc for one of each), and Stop closes the channel as the
+// sampler does once its ring is drained.
 type Source struct {
-	Recs   chan *sampler.Record
-	Procs  chan sampler.ProcEvent
+	Ch     chan sampler.Event
 	Counts map[string]uint64
 	// Stopped is set by Stop.
 	Stopped atomic.Bool
 }
 
-// NewSource returns a source whose channels queue records and events.
-func NewSource(records, events int) *Source {
-	return &Source{Recs: make(chan *sampler.Record, records), Procs: make(chan sampler.ProcEvent, events),
-		Counts: map[string]uint64{}}
+// NewSource returns a source whose channel queues n events.
+func NewSource(n int) *Source {
+	return &Source{Ch: make(chan sampler.Event, n), Counts: map[string]uint64{}}
 }
 
-// Records returns the records channel.
-func (s *Source) Records() <-chan *sampler.Record { return s.Recs }
+// Sample queues a sample.
+func (s *Source) Sample(r *sampler.Record) { s.Ch <- sampler.Event{Sample: r} }
 
-// ProcEvents returns the process events channel.
-func (s *Source) ProcEvents() <-chan sampler.ProcEvent { return s.Procs }
+// Proc queues a process event.
+func (s *Source) Proc(e sampler.ProcEvent) { s.Ch <- sampler.Event{Proc: &e} }
+
+// Events returns the event channel.
+func (s *Source) Events() <-chan sampler.Event { return s.Ch }
 
 // Counters returns Counts.
 func (s *Source) Counters() (map[string]uint64, error) { return s.Counts, nil }
 
-// Stop closes both channels, once.
+// Stop closes the channel, once.
 func (s *Source) Stop() {
 	if s.Stopped.CompareAndSwap(false, true) {
-		close(s.Recs)
-		close(s.Procs)
+		close(s.Ch)
 	}
 }
