@@ -31,6 +31,12 @@ type costRow struct {
 	switches   progStat
 	profileOut string // perf report of the agent, when taken
 	noBar      bool   // measured for context: no bar of SPEC applies
+	// bin is the spanprof binary run (empty: -spanprof), warmup how long
+	// it runs before the window (zero: settle), and execRate the
+	// processes a second the workload starts (churn: CPU per exec).
+	bin      string
+	warmup   time.Duration
+	execRate int
 }
 
 // distinctCopies writes n copies of bin into dir as fanout-<i>, each with
@@ -77,19 +83,10 @@ func (b *bench) startFanout(nproc, nthreads, secs int) (*proc, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := p.waitFor("ready", time.Minute); err != nil {
-		p.kill()
-		return nil, nil, err
-	}
-	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.pid(), p.pid()))
+	pids, err := children(p)
 	if err != nil {
 		p.kill()
 		return nil, nil, err
-	}
-	var pids []int
-	for _, s := range strings.Fields(string(kids)) {
-		n, _ := strconv.Atoi(s)
-		pids = append(pids, n)
 	}
 	return p, pids, nil
 }
@@ -124,7 +121,11 @@ var agentStopRe = regexp.MustCompile(`msg="agent stopped" samples_collected=(\d+
 // With perfFreq > 0 it also records the process with perf and keeps the
 // top of the report.
 func (b *bench) measureSpanprof(row costRow, args []string, ready string, secs int, perfFreq int) (costRow, error) {
-	p, err := start(b.spanprof, args...)
+	bin := b.spanprof
+	if row.bin != "" {
+		bin = row.bin
+	}
+	p, err := start(bin, args...)
 	if err != nil {
 		return row, err
 	}
@@ -132,7 +133,7 @@ func (b *bench) measureSpanprof(row costRow, args []string, ready string, secs i
 		p.kill()
 		return row, err
 	}
-	time.Sleep(settle)
+	time.Sleep(max(settle, row.warmup))
 	ids := progIDs(p.pid())
 	cpu0, _ := cpuNow(p.pid())
 	s0, w0 := readStats(ids, kindSample), readStats(ids, kindSwitch)
