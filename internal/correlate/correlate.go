@@ -14,7 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
@@ -39,8 +42,16 @@ type Info struct {
 
 // GoConfig fills the Go part of a proc_config for a Go executable; it
 // returns an error for binaries that are not Go or whose runtime layout is
-// unknown. Nil disables goroutine-label correlation.
-type GoConfig func(pid int) (bpf.SamplerProcConfig, error)
+// unknown. exe is the stat of /proc/PID/exe when the caller has it (nil:
+// stat it). Nil disables goroutine-label correlation.
+type GoConfig func(pid int, exe *unix.Stat_t) (bpf.SamplerProcConfig, error)
+
+// Reads hands over what a read of /proc/PID made just before the scan
+// saw (proc.Tracker's Snapshot), so a new process is read once; nil when
+// there is none, and the scan reads /proc itself.
+type Reads interface {
+	Snapshot(pid uint32) *proc.Snapshot
+}
 
 // Stats counts what the watcher did.
 type Stats struct {
@@ -62,6 +73,8 @@ type Watcher struct {
 	// scanner remembers what each mapped file said, so libc is read once
 	// and not once per process and scan.
 	scanner *tracectx.Scanner
+	// reads shares the tracker's read of a new process (nil: none).
+	reads Reads
 }
 
 type state struct {
@@ -84,6 +97,11 @@ func New(k Kernel, goc GoConfig, log *slog.Logger) *Watcher {
 	return &Watcher{k: k, goc: goc, log: log, procs: map[uint32]*state{},
 		hooks: map[string]bool{}, queue: make(chan uint32, 4096), scanner: tracectx.NewScanner(1024)}
 }
+
+// ShareReads has the scans take the /proc reads r made of a process just
+// before, instead of reading maps, environ and exe again. Call it before
+// Run.
+func (w *Watcher) ShareReads(r Reads) { w.reads = r }
 
 // Scan inspects pid now and configures the kernel. It is what the
 // recording calls for its targets before sampling starts.
@@ -136,7 +154,16 @@ func (w *Watcher) Scan(pid uint32) error {
 
 func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.Hook, error) {
 	var cfg bpf.SamplerProcConfig
-	pi, err := w.scanner.Scan(int(pid))
+	var pr *tracectx.ProcRead
+	if w.reads != nil {
+		if snap := w.reads.Snapshot(pid); snap != nil {
+			pr = &tracectx.ProcRead{Maps: snap.Maps, Environ: snap.Environ, EnvErr: snap.EnvErr, ExeErr: snap.ExeErr}
+			if snap.ExeErr == nil {
+				pr.Exe = &snap.Exe
+			}
+		}
+	}
+	pi, err := w.scanner.ScanRead(int(pid), pr)
 	if err != nil {
 		return Info{}, cfg, nil, fmt.Errorf("scan pid %d: %w", pid, err)
 	}
@@ -159,7 +186,11 @@ func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.H
 		info.Source = "thread"
 	}
 	if w.goc != nil {
-		if g, err := w.goc(int(pid)); err == nil {
+		var exe *unix.Stat_t
+		if pr != nil && pr.Exe != nil {
+			exe = pr.Exe
+		}
+		if g, err := w.goc(int(pid), exe); err == nil {
 			cfg.GoLayout = g.GoLayout
 			cfg.GoTlsG = g.GoTlsG
 			cfg.GoOffM = g.GoOffM
