@@ -120,13 +120,20 @@ func (s *Scanner) ScanRead(pid int, r *ProcRead) (*ProcessInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	mem, err := openProcMem(pid)
 	if err != nil {
 		return nil, fmt.Errorf("open process memory: %w", err)
 	}
 	defer mem.Close()
 	info := &ProcessInfo{PID: pid}
-	s.scanModules(pid, mem, maps, exeOf(pid, r), info)
+	// The mapped files are looked up from /proc/PID, resolved once.
+	dir, err := unix.Open(fmt.Sprintf("/proc/%d", pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		dir = unix.AT_FDCWD // statMapped then takes the full paths
+	} else {
+		defer unix.Close(dir)
+	}
+	s.scanModules(pid, dir, mem, maps, exeOf(pid, r), info)
 
 	pc, err := loadProcessContext(mem, maps)
 	switch {
@@ -184,7 +191,7 @@ type module struct {
 	v    *TLSVar
 }
 
-func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, exe exeID, info *ProcessInfo) {
+func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe exeID, info *ProcessInfo) {
 	exeDev, exeIno, exeErr := exe.dev, exe.ino, exe.err
 	seen := map[string]bool{}
 	var mods []module
@@ -198,7 +205,7 @@ func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, exe exeI
 		if seen[key] {
 			continue
 		}
-		fs, err := s.file(pid, m)
+		fs, err := s.file(pid, dir, m)
 		if err != nil {
 			seen[key] = true
 			info.Errors = append(info.Errors, err)
@@ -242,11 +249,11 @@ func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, exe exeI
 }
 
 // file returns what the file behind mapping m says, read once per file
-// version when s remembers.
-func (s *Scanner) file(pid int, m mapping) (*fileScan, error) {
+// version when s remembers. dir is /proc/PID open, or AT_FDCWD.
+func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 	var key fileKey
 	if s != nil {
-		if st, err := statMapped(pid, m); err == nil {
+		if st, err := statMapped(pid, dir, m); err == nil {
 			key = fileKey{dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size),
 				mtime: st.Mtim.Nano(), path: m.path}
 			s.mu.Lock()
@@ -335,10 +342,16 @@ func openMapped(pid int, m mapping) (*elf.File, error) {
 	return f, nil
 }
 
-// statMapped stats the file behind a mapping the way openMapped opens it.
-func statMapped(pid int, m mapping) (unix.Stat_t, error) {
+// statMapped stats the file behind a mapping the way openMapped opens it,
+// through dir (/proc/PID open; AT_FDCWD: the full path) when it can.
+func statMapped(pid, dir int, m mapping) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	err := unix.Stat(mapFilesPath(pid, m), &st)
+	var err error
+	if dir == unix.AT_FDCWD {
+		err = unix.Stat(mapFilesPath(pid, m), &st)
+	} else {
+		err = unix.Fstatat(dir, fmt.Sprintf("map_files/%x-%x", m.start, m.end), &st, 0)
+	}
 	if err != nil {
 		err = unix.Stat(rootPath(pid, strings.TrimSuffix(m.path, " (deleted)")), &st)
 	}
