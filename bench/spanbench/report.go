@@ -336,13 +336,21 @@ func (b *bench) churnTable() string {
 			continue
 		}
 		if sb.Len() == 0 {
-			sb.WriteString("| run | rounds | CPU, % of a core: median (min … max) | CPU per exec, µs: median (min … max) |\n|---|---|---|---|\n")
+			sb.WriteString("| run | rounds | CPU, % of a core: median (min … max) | CPU per churn exec, µs | new processes on the machine, per s | CPU per new process on the machine, µs |\n|---|---|---|---|---|---|\n")
 		}
 		cpu := spreadOf(mapRows(rs, func(r costRow) float64 { return 100 * float64(r.cpuWindow) / float64(r.window) }))
 		per := spreadOf(mapRows(rs, func(r costRow) float64 {
 			return float64(r.cpuWindow.Microseconds()) / (float64(r.execRate) * r.window.Seconds())
 		}))
-		fmt.Fprintf(&sb, "| %s | %d | %s | %s |\n", strings.TrimPrefix(l, "agent, "), len(rs), cpu.fmt("%.1f"), per.fmt("%.0f"))
+		forks := spreadOf(mapRows(rs, func(r costRow) float64 { return float64(r.forks) / r.window.Seconds() }))
+		perFork := spreadOf(mapRows(rs, func(r costRow) float64 {
+			if r.forks == 0 {
+				return 0
+			}
+			return float64(r.cpuWindow.Microseconds()) / float64(r.forks)
+		}))
+		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s |\n", strings.TrimPrefix(l, "agent, "), len(rs), cpu.fmt("%.1f"),
+			per.fmt("%.0f"), forks.fmt("%.0f"), perFork.fmt("%.0f"))
 	}
 	return sb.String()
 }

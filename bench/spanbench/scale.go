@@ -37,6 +37,10 @@ type costRow struct {
 	bin      string
 	warmup   time.Duration
 	execRate int
+	// forks is how many processes the whole machine started in the
+	// window (/proc/stat "processes"): under --all on a shared machine
+	// the agent handles others' new processes too.
+	forks int64
 }
 
 // distinctCopies writes n copies of bin into dir as fanout-<i>, each with
@@ -136,6 +140,7 @@ func (b *bench) measureSpanprof(row costRow, args []string, ready string, secs i
 	time.Sleep(max(settle, row.warmup))
 	ids := progIDs(p.pid())
 	cpu0, _ := cpuNow(p.pid())
+	f0 := forksNow()
 	s0, w0 := readStats(ids, kindSample), readStats(ids, kindSwitch)
 	var perf *proc
 	perfData := filepath.Join(b.tmp, fmt.Sprintf("agent-%d.perf.data", time.Now().UnixNano()))
@@ -150,6 +155,7 @@ func (b *bench) measureSpanprof(row costRow, args []string, ready string, secs i
 	time.Sleep(time.Duration(secs) * time.Second)
 	row.window = time.Since(t0)
 	cpu1, _ := cpuNow(p.pid())
+	row.forks = forksNow() - f0
 	row.sample = readStats(ids, kindSample).sub(s0)
 	row.switches = readStats(ids, kindSwitch).sub(w0)
 	row.cpuWindow = cpu1 - cpu0
@@ -198,3 +204,18 @@ func perfReport(data string) string {
 }
 
 var _ = ebpf.ProgramID(0)
+
+// forksNow is the processes started since boot (/proc/stat "processes").
+func forksNow() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "processes "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"unsafe"
 )
@@ -18,8 +17,17 @@ type mapping struct {
 	path            string
 }
 
+// ReadMaps returns the text of /proc/PID/maps, for a ProcRead.
+func ReadMaps(pid int) ([]byte, error) {
+	b, err := readProcFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, fmt.Errorf("open process maps: %w", err)
+	}
+	return b, nil
+}
+
 func readMaps(pid int) ([]mapping, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	b, err := readProcFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return nil, fmt.Errorf("open process maps: %w", err)
 	}

@@ -2,9 +2,12 @@ package tracectx
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,4 +63,21 @@ func parseMapsLines(r io.Reader) ([]mapping, error) {
 		return nil, fmt.Errorf("read process maps: %w", err)
 	}
 	return out, nil
+}
+
+func TestReadProcFile(t *testing.T) {
+	for _, size := range []int{0, 1, 4095, 4096, 4097, 70000} {
+		path := filepath.Join(t.TempDir(), "f")
+		want := bytes.Repeat([]byte{'x', 0, 'y'}, size)[:size]
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readProcFile(path)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("size %d: read %d bytes (%v)", size, len(got), err)
+		}
+	}
+	if _, err := readProcFile(filepath.Join(t.TempDir(), "none")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v, want not-exist", err)
+	}
 }

@@ -96,7 +96,8 @@ type fileScan struct {
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES entries of the
 // environment (NUL-terminated, in their order; other entries are ignored
 // if present), and the executable's stat. The process memory is still
-// read here.
+// read here, and so is what r leaves out: Environ and EnvErr both nil,
+// Exe and ExeErr both nil.
 type ProcRead struct {
 	Maps    []byte
 	Environ []byte
@@ -150,10 +151,10 @@ func (s *Scanner) ScanRead(pid int, r *ProcRead) (*ProcessInfo, error) {
 	}
 	if info.ServiceName == "" {
 		var env []byte
-		if r != nil {
+		if r != nil && (r.Environ != nil || r.EnvErr != nil) {
 			env, err = r.Environ, r.EnvErr
 		} else {
-			env, err = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			env, err = readProcFile(fmt.Sprintf("/proc/%d/environ", pid))
 		}
 		if err != nil {
 			info.Errors = append(info.Errors, fmt.Errorf("read environment: %w", err))
@@ -173,7 +174,7 @@ type exeID struct {
 
 // exeOf is the executable of pid, from r when it holds the stat.
 func exeOf(pid int, r *ProcRead) exeID {
-	if r == nil {
+	if r == nil || r.Exe == nil && r.ExeErr == nil {
 		dev, ino, err := statExe(pid)
 		return exeID{dev, ino, err}
 	}
