@@ -88,30 +88,40 @@ const oneExeWarmup = 12 * time.Second
 // files, and libc's samples are symbolized from its separate debug file.
 // Its RSS and CPU are held to the same bars as the distinct executables.
 func (b *bench) agentOneExe(base []string) error {
+	builds := []string{b.spanprof}
+	if b.reference != "" {
+		builds = append(builds, b.reference)
+	}
 	for r := range b.rounds {
-		fan, pids, err := b.startForks(200, 10, b.agentScaleSecs+60+int(oneExeWarmup.Seconds()))
-		if err != nil {
-			return err
-		}
-		if r == 0 {
-			dbg, err := libcDebugFile(pids[0])
+		for i := range builds {
+			bin := builds[(i+r)%len(builds)]
+			fan, pids, err := b.startForks(200, 10, b.agentScaleSecs+60+int(oneExeWarmup.Seconds()))
 			if err != nil {
-				fan.kill()
-				b.logf("one executable: skipped: %v", err)
-				b.skipped = append(b.skipped, fmt.Sprintf("200 processes of one executable with libc's debug file: %v", err))
-				return nil
+				return err
 			}
-			b.logf("one executable: libc's debug file %s", dbg)
+			if r == 0 && i == 0 {
+				dbg, err := libcDebugFile(pids[0])
+				if err != nil {
+					fan.kill()
+					b.logf("one executable: skipped: %v", err)
+					b.skipped = append(b.skipped, fmt.Sprintf("200 processes of one executable with libc's debug file: %v", err))
+					return nil
+				}
+				b.logf("one executable: libc's debug file %s", dbg)
+			}
+			label := "agent, 200 processes x 10 threads, one executable, libc6-dbg"
+			if bin == b.reference {
+				label += ", reference build"
+			}
+			b.logf("%s, round %d/%d, %v warm-up, %d s", label, r+1, b.rounds, oneExeWarmup, b.agentScaleSecs)
+			row := costRow{round: r, label: label, freq: 99, procs: 200, threads: 2000, warmup: oneExeWarmup, bin: bin}
+			row, err = b.measureSpanprof(row, append(slices.Clone(base), pidArgs(pids)...), "agent started", b.agentScaleSecs, 0)
+			fan.kill()
+			if err != nil {
+				return err
+			}
+			b.agents = append(b.agents, row)
 		}
-		label := "agent, 200 processes x 10 threads, one executable, libc6-dbg"
-		b.logf("%s, round %d/%d, %v warm-up, %d s", label, r+1, b.rounds, oneExeWarmup, b.agentScaleSecs)
-		row := costRow{round: r, label: label, freq: 99, procs: 200, threads: 2000, warmup: oneExeWarmup}
-		row, err = b.measureSpanprof(row, append(slices.Clone(base), pidArgs(pids)...), "agent started", b.agentScaleSecs, 0)
-		fan.kill()
-		if err != nil {
-			return err
-		}
-		b.agents = append(b.agents, row)
 	}
 	return nil
 }
@@ -145,44 +155,59 @@ func (b *bench) agentBusy(base []string) error {
 	return nil
 }
 
-// agentChurn measures the agent with --all under short-lived children,
-// most gone before the report that carries their samples. With
-// -reference, both builds run in alternated rounds (the order rotated per
-// round), so before and after see the same machine.
+// agentChurn measures the agent under short-lived children, most gone
+// before the report that carries their samples: with --all, and with the
+// agent's executable filter naming the children, which leaves out the
+// samples of the other processes of a shared machine (their symbols
+// would be part of the figure) but not their execs. With -reference,
+// both builds run in alternated rounds (the order rotated per round), so
+// before and after see the same machine.
 func (b *bench) agentChurn(base []string, s *sink) error {
 	builds := []string{b.spanprof}
 	rounds := 1
 	if b.reference != "" {
 		builds, rounds = append(builds, b.reference), b.rounds
 	}
+	cfg := filepath.Join(b.tmp, "churn-agent.yaml")
+	if err := os.WriteFile(cfg, []byte("processes:\n  executables: [churn-child]\n"), 0o644); err != nil {
+		return err
+	}
+	selections := []struct {
+		label string
+		args  []string
+	}{
+		{"--all", nil},
+		{"executables: [churn-child]", []string{"--config", cfg}},
+	}
 	for r := range rounds {
-		for i := range builds {
-			bin := builds[(i+r)%len(builds)]
-			label := fmt.Sprintf("agent, --all, %d processes/s (churn)", churnRate)
-			if bin == b.reference {
-				label += ", reference build"
+		for _, sel := range selections {
+			for i := range builds {
+				bin := builds[(i+r)%len(builds)]
+				label := fmt.Sprintf("agent, %s, %d processes/s (churn)", sel.label, churnRate)
+				if bin == b.reference {
+					label += ", reference build"
+				}
+				b.logf("%s, round %d/%d, %d s", label, r+1, rounds, b.agentScaleSecs)
+				churn, err := start(filepath.Join(b.root, "testdata/reliability/build/churn"),
+					filepath.Join(b.root, "testdata/reliability/build/churn-child"),
+					strconv.Itoa(churnRate), strconv.Itoa(b.agentScaleSecs+30), "300")
+				if err != nil {
+					return err
+				}
+				if bin == b.spanprof && sel.args == nil {
+					child := "churn-child"
+					s.watch.Store(&child)
+				}
+				// The CPU bar is for steady processes: no bar here.
+				row := costRow{round: r, label: label, freq: 99, noBar: true, execRate: churnRate, bin: bin}
+				row, err = b.measureSpanprof(row, append(slices.Clone(base), sel.args...), "agent started", b.agentScaleSecs, 0)
+				churn.kill()
+				s.watch.Store(nil)
+				if err != nil {
+					return err
+				}
+				b.agents = append(b.agents, row)
 			}
-			b.logf("%s, round %d/%d, %d s", label, r+1, rounds, b.agentScaleSecs)
-			churn, err := start(filepath.Join(b.root, "testdata/reliability/build/churn"),
-				filepath.Join(b.root, "testdata/reliability/build/churn-child"),
-				strconv.Itoa(churnRate), strconv.Itoa(b.agentScaleSecs+30), "300")
-			if err != nil {
-				return err
-			}
-			watch := bin == b.spanprof
-			if watch {
-				child := "churn-child"
-				s.watch.Store(&child)
-			}
-			row := costRow{round: r, label: label, freq: 99, noBar: true, execRate: churnRate} // the CPU bar is for steady processes
-			row.bin = bin
-			row, err = b.measureSpanprof(row, base, "agent started", b.agentScaleSecs, 0)
-			churn.kill()
-			s.watch.Store(nil)
-			if err != nil {
-				return err
-			}
-			b.agents = append(b.agents, row)
 		}
 	}
 	b.churnSamples, b.churnNamed = s.watched.Load(), s.named.Load()
