@@ -16,8 +16,10 @@ OUT := out
 # eBPF objects and fixtures.
 APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debuginfod linux-perf \
 	qemu-system-x86 qemu-system-arm busybox-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
-# Peers measured side by side by `make bench`.
-BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool
+# Peers measured side by side by `make bench`, and glibc's debug file
+# (the agent case of many processes of one glibc executable symbolizes
+# libc from it, as on many debugging hosts).
+BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg
 
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
@@ -50,7 +52,8 @@ deps:
 	fi
 
 bench-deps: deps
-	@if ! command -v bpftrace >/dev/null || ! command -v perf >/dev/null || [ ! -x /usr/sbin/offcputime ]; then \
+	@if ! command -v bpftrace >/dev/null || ! command -v perf >/dev/null || [ ! -x /usr/sbin/offcputime ] || \
+		! dpkg -s libc6-dbg >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BENCH_PACKAGES); \
 	fi
 

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -25,6 +24,7 @@ type bench struct {
 	slowRounds                           int
 	scaleSecs, agentScaleSecs, agentSecs int
 	phases                               map[string]bool
+	agentCases                           map[string]bool
 	log                                  *os.File
 
 	slow   []slowRow
@@ -38,12 +38,13 @@ type bench struct {
 	offcpu                   []offcpuRun
 	micro                    string
 	errs                     []string
+	skipped                  []string // cases not run, with the reason
 	started                  time.Time
 }
 
 func main() {
 	b := &bench{log: os.Stderr, started: time.Now()}
-	var out, phases string
+	var out, phases, cases string
 	flag.StringVar(&b.spanprof, "spanprof", "bin/spanprof", "spanprof binary")
 	flag.IntVar(&b.rounds, "rounds", 3, "interleaved rounds of every comparison")
 	flag.IntVar(&b.instances, "instances", 2, "chain-clang instances at once (one per CPU)")
@@ -57,11 +58,20 @@ func main() {
 	flag.IntVar(&b.agentScaleSecs, "agent-scale-seconds", 30, "agent window with 200 processes")
 	flag.IntVar(&b.agentSecs, "agent-seconds", 60, "agent CPU window at 99 Hz")
 	flag.StringVar(&phases, "phases", "micro,persample,slowdown,offcpu,growth,agent", "phases to run")
+	flag.StringVar(&cases, "agent-cases", strings.Join(agentCases, ","), "runs of the agent phase")
 	flag.StringVar(&out, "out", "out/bench/results.md", "results file")
 	flag.Parse()
 	b.phases = map[string]bool{}
 	for _, p := range strings.Split(phases, ",") {
 		b.phases[strings.TrimSpace(p)] = true
+	}
+	b.agentCases = map[string]bool{}
+	for _, c := range strings.Split(cases, ",") {
+		if c = strings.TrimSpace(c); !slices.Contains(agentCases, c) {
+			fmt.Fprintf(os.Stderr, "spanbench: unknown agent case %q (want some of %s)\n", c, strings.Join(agentCases, ","))
+			os.Exit(2)
+		}
+		b.agentCases[c] = true
 	}
 	if err := b.run(out); err != nil {
 		fmt.Fprintf(os.Stderr, "spanbench: %v\n", err)
@@ -221,86 +231,3 @@ func (b *bench) runGrowth() error {
 	}
 	return nil
 }
-
-// runAgent measures `spanprof agent` exporting to a do-nothing OTLP sink:
-// peak RSS and CPU with 200 processes of 10 threads, and CPU at 99 Hz on
-// two busy CPUs, with a perf profile of the agent.
-func (b *bench) runAgent() error {
-	s, err := startSink()
-	if err != nil {
-		return err
-	}
-	defer s.stop()
-	base := []string{"agent", "--endpoint", s.addr, "--insecure", "--report-interval", "10s",
-		"--frequency", "99", "--metrics-listen", "off"}
-	for _, offCPU := range []bool{false, true} {
-		label := "agent, 200 processes x 10 threads"
-		args := slices.Clone(base)
-		if offCPU {
-			label += ", --off-cpu"
-			args = append(args, "--off-cpu")
-		}
-		b.logf("%s, %d s", label, b.agentScaleSecs)
-		fan, pids, err := b.startFanout(200, 10, b.agentScaleSecs+60)
-		if err != nil {
-			return err
-		}
-		row := costRow{label: label, freq: 99, procs: 200, threads: 2000}
-		row, err = b.measureSpanprof(row, append(args, pidArgs(pids)...), "agent started", b.agentScaleSecs, 0)
-		fan.kill()
-		if err != nil {
-			return err
-		}
-		b.agents = append(b.agents, row)
-	}
-	for _, all := range []bool{false, true} {
-		label := "agent, 2 busy processes (--pid)"
-		ps, pids, err := b.startBusy(2, b.agentSecs+60)
-		if err != nil {
-			return err
-		}
-		args := slices.Clone(base)
-		if all {
-			label = "agent, --all (shared machine)"
-		} else {
-			args = append(args, pidArgs(pids)...)
-		}
-		b.logf("%s, %d s, perf -p on the agent", label, b.agentSecs)
-		row := costRow{label: label, freq: 99, procs: 2, threads: 2}
-		row, err = b.measureSpanprof(row, args, "agent started", b.agentSecs, 4999)
-		for _, p := range ps {
-			p.kill()
-		}
-		if err != nil {
-			return err
-		}
-		b.agents = append(b.agents, row)
-	}
-	// Process churn: short-lived children, most gone before the report
-	// that carries their samples.
-	label := fmt.Sprintf("agent, --all, %d processes/s (churn)", churnRate)
-	b.logf("%s, %d s", label, b.agentScaleSecs)
-	churn, err := start(filepath.Join(b.root, "testdata/reliability/build/churn"),
-		filepath.Join(b.root, "testdata/reliability/build/churn-child"),
-		strconv.Itoa(churnRate), strconv.Itoa(b.agentScaleSecs+30), "300")
-	if err != nil {
-		return err
-	}
-	child := "churn-child"
-	s.watch.Store(&child)
-	row := costRow{label: label, freq: 99, noBar: true} // the CPU bar is for steady processes
-	row, err = b.measureSpanprof(row, base, "agent started", b.agentScaleSecs, 0)
-	churn.kill()
-	s.watch.Store(nil)
-	if err != nil {
-		return err
-	}
-	b.agents = append(b.agents, row)
-	b.churnSamples, b.churnNamed = s.watched.Load(), s.named.Load()
-	b.logf("churn: %d of %d children's samples exported with every frame named", b.churnNamed, b.churnSamples)
-	b.logf("sink got %d export requests", s.requests.Load())
-	return nil
-}
-
-// churnRate is the agent phase's processes started a second.
-const churnRate = 500

@@ -31,6 +31,16 @@ type costRow struct {
 	switches   progStat
 	profileOut string // perf report of the agent, when taken
 	noBar      bool   // measured for context: no bar of SPEC applies
+	// bin is the spanprof binary run (empty: -spanprof), warmup how long
+	// it runs before the window (zero: settle), and execRate the
+	// processes a second the workload starts (churn: CPU per exec).
+	bin      string
+	warmup   time.Duration
+	execRate int
+	// forks is how many processes the whole machine started in the
+	// window (/proc/stat "processes"): under --all on a shared machine
+	// the agent handles others' new processes too.
+	forks int64
 }
 
 // distinctCopies writes n copies of bin into dir as fanout-<i>, each with
@@ -77,19 +87,10 @@ func (b *bench) startFanout(nproc, nthreads, secs int) (*proc, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := p.waitFor("ready", time.Minute); err != nil {
-		p.kill()
-		return nil, nil, err
-	}
-	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.pid(), p.pid()))
+	pids, err := children(p)
 	if err != nil {
 		p.kill()
 		return nil, nil, err
-	}
-	var pids []int
-	for _, s := range strings.Fields(string(kids)) {
-		n, _ := strconv.Atoi(s)
-		pids = append(pids, n)
 	}
 	return p, pids, nil
 }
@@ -124,7 +125,11 @@ var agentStopRe = regexp.MustCompile(`msg="agent stopped" samples_collected=(\d+
 // With perfFreq > 0 it also records the process with perf and keeps the
 // top of the report.
 func (b *bench) measureSpanprof(row costRow, args []string, ready string, secs int, perfFreq int) (costRow, error) {
-	p, err := start(b.spanprof, args...)
+	bin := b.spanprof
+	if row.bin != "" {
+		bin = row.bin
+	}
+	p, err := start(bin, args...)
 	if err != nil {
 		return row, err
 	}
@@ -132,9 +137,10 @@ func (b *bench) measureSpanprof(row costRow, args []string, ready string, secs i
 		p.kill()
 		return row, err
 	}
-	time.Sleep(settle)
+	time.Sleep(max(settle, row.warmup))
 	ids := progIDs(p.pid())
 	cpu0, _ := cpuNow(p.pid())
+	f0 := forksNow()
 	s0, w0 := readStats(ids, kindSample), readStats(ids, kindSwitch)
 	var perf *proc
 	perfData := filepath.Join(b.tmp, fmt.Sprintf("agent-%d.perf.data", time.Now().UnixNano()))
@@ -149,6 +155,7 @@ func (b *bench) measureSpanprof(row costRow, args []string, ready string, secs i
 	time.Sleep(time.Duration(secs) * time.Second)
 	row.window = time.Since(t0)
 	cpu1, _ := cpuNow(p.pid())
+	row.forks = forksNow() - f0
 	row.sample = readStats(ids, kindSample).sub(s0)
 	row.switches = readStats(ids, kindSwitch).sub(w0)
 	row.cpuWindow = cpu1 - cpu0
@@ -197,3 +204,18 @@ func perfReport(data string) string {
 }
 
 var _ = ebpf.ProgramID(0)
+
+// forksNow is the processes started since boot (/proc/stat "processes").
+func forksNow() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "processes "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -125,3 +125,12 @@ func (b *bench) perRoundTable() string {
 	}
 	return sb.String()
 }
+
+// fmt formats the spread with the verb f: the median alone for one value,
+// else "median (min … max)".
+func (s spread) fmt(f string) string {
+	if s.lo == s.hi {
+		return fmt.Sprintf(f, s.med)
+	}
+	return fmt.Sprintf(f+" ("+f+" … "+f+")", s.med, s.lo, s.hi)
+}

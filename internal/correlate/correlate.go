@@ -7,14 +7,19 @@
 package correlate
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
@@ -39,12 +44,23 @@ type Info struct {
 
 // GoConfig fills the Go part of a proc_config for a Go executable; it
 // returns an error for binaries that are not Go or whose runtime layout is
-// unknown. Nil disables goroutine-label correlation.
-type GoConfig func(pid int) (bpf.SamplerProcConfig, error)
+// unknown. exe is the stat of /proc/PID/exe when the caller has it (nil:
+// stat it). Nil disables goroutine-label correlation.
+type GoConfig func(pid int, exe *unix.Stat_t) (bpf.SamplerProcConfig, error)
+
+// Reads hands over what a read of /proc/PID made just before the scan
+// saw (proc.Tracker's Snapshot), so a new process is read once; nil when
+// there is none, and the scan reads /proc itself.
+type Reads interface {
+	Snapshot(pid uint32) *proc.Snapshot
+}
 
 // Stats counts what the watcher did.
 type Stats struct {
 	Scanned, Configured, ScanErrors, HooksAttached uint64
+	// Unchanged counts the rescans (of the Scanned) that stopped at the
+	// maps: the same as at a scan that found nothing and no error.
+	Unchanged uint64
 }
 
 // Watcher scans processes on demand and keeps the kernel configured.
@@ -58,10 +74,13 @@ type Watcher struct {
 	hooks map[string]bool // hook file + offset already attached
 
 	queue chan uint32
-	stats struct{ scanned, configured, errors, hooks atomic.Uint64 }
+	stats struct{ scanned, configured, errors, hooks, unchanged atomic.Uint64 }
+	seed  maphash.Seed
 	// scanner remembers what each mapped file said, so libc is read once
 	// and not once per process and scan.
 	scanner *tracectx.Scanner
+	// reads shares the tracker's read of a new process (nil: none).
+	reads Reads
 }
 
 type state struct {
@@ -74,6 +93,10 @@ type state struct {
 	// exec was a twentieth of the agent's work under process churn.
 	configured bool
 	exited     bool
+	// quiet: the last scan found nothing and met no error, with the maps
+	// text summed in mapsSum.
+	quiet   bool
+	mapsSum uint64
 }
 
 // New returns a watcher; call Run to process the queue.
@@ -82,13 +105,25 @@ func New(k Kernel, goc GoConfig, log *slog.Logger) *Watcher {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Watcher{k: k, goc: goc, log: log, procs: map[uint32]*state{},
-		hooks: map[string]bool{}, queue: make(chan uint32, 4096), scanner: tracectx.NewScanner(1024)}
+		hooks: map[string]bool{}, queue: make(chan uint32, 4096), scanner: tracectx.NewScanner(1024),
+		seed: maphash.MakeSeed()}
 }
+
+// ShareReads has the scans take the /proc reads r made of a process just
+// before, instead of reading maps, environ and exe again. Call it before
+// Run.
+func (w *Watcher) ShareReads(r Reads) { w.reads = r }
 
 // Scan inspects pid now and configures the kernel. It is what the
 // recording calls for its targets before sampling starts.
 func (w *Watcher) Scan(pid uint32) error {
-	info, cfg, hooks, err := w.inspect(pid)
+	w.mu.Lock()
+	var prev scanSum
+	if st := w.procs[pid]; st != nil && st.quiet {
+		prev = scanSum{quiet: true, maps: st.mapsSum}
+	}
+	w.mu.Unlock()
+	info, cfg, hooks, sum, err := w.inspect(pid, prev)
 	w.stats.scanned.Add(1)
 	w.mu.Lock()
 	st := w.procs[pid]
@@ -98,10 +133,15 @@ func (w *Watcher) Scan(pid uint32) error {
 	}
 	st.scannedAt = time.Now()
 	st.scans++
+	st.quiet, st.mapsSum = sum.quiet, sum.maps
 	w.mu.Unlock()
 	if err != nil {
 		w.stats.errors.Add(1)
 		return err
+	}
+	if sum.unchanged {
+		w.stats.unchanged.Add(1)
+		return nil // st.info stays what the last scan found: nothing
 	}
 	for _, h := range hooks {
 		w.attachHook(h)
@@ -134,11 +174,46 @@ func (w *Watcher) Scan(pid uint32) error {
 	return nil
 }
 
-func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.Hook, error) {
+// scanSum is what tells a rescan that would find what the last scan
+// found: quiet, the last scan found nothing and met no error, and maps,
+// the sum of the maps text it read. unchanged: this scan stopped there.
+type scanSum struct {
+	quiet, unchanged bool
+	maps             uint64
+}
+
+func (w *Watcher) inspect(pid uint32, prev scanSum) (Info, bpf.SamplerProcConfig, []tracectx.Hook, scanSum, error) {
 	var cfg bpf.SamplerProcConfig
-	pi, err := w.scanner.Scan(int(pid))
+	var pr *tracectx.ProcRead
+	if w.reads != nil {
+		if snap := w.reads.Snapshot(pid); snap != nil {
+			pr = &tracectx.ProcRead{Maps: snap.Maps, Environ: snap.Environ, EnvErr: snap.EnvErr, ExeErr: snap.ExeErr}
+			if snap.ExeErr == nil {
+				pr.Exe = &snap.Exe
+			}
+		}
+	}
+	if pr == nil {
+		maps, err := tracectx.ReadMaps(int(pid))
+		if err != nil {
+			return Info{}, cfg, nil, scanSum{}, fmt.Errorf("scan pid %d: %w", pid, err)
+		}
+		pr = &tracectx.ProcRead{Maps: maps} // the rest read by the scan
+	}
+	sum := scanSum{maps: maphash.Bytes(w.seed, pr.Maps)}
+	if prev.quiet && prev.maps == sum.maps {
+		// The same files at the same places as at a scan that found no
+		// context source, no process context and no error: the scan
+		// would read the same modules (remembered per file version),
+		// and the environment and executable do not change without an
+		// exec, which forgets the state. A rescan waits for a library
+		// or a process context to be mapped, which changes the maps.
+		sum.quiet, sum.unchanged = true, true
+		return Info{}, cfg, nil, sum, nil
+	}
+	pi, err := w.scanner.ScanRead(int(pid), pr)
 	if err != nil {
-		return Info{}, cfg, nil, fmt.Errorf("scan pid %d: %w", pid, err)
+		return Info{}, cfg, nil, scanSum{}, fmt.Errorf("scan pid %d: %w", pid, err)
 	}
 	for _, e := range pi.Errors {
 		w.log.Debug("scan", "pid", pid, "error", e)
@@ -158,8 +233,15 @@ func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.H
 		cfg.TlsModule = pi.ThreadContext.ModuleID
 		info.Source = "thread"
 	}
+	goQuiet := true // no Go check
 	if w.goc != nil {
-		if g, err := w.goc(int(pid)); err == nil {
+		var exe *unix.Stat_t
+		if pr != nil && pr.Exe != nil {
+			exe = pr.Exe
+		}
+		g, err := w.goc(int(pid), exe)
+		goQuiet = errors.Is(err, ErrNotGo)
+		if err == nil {
 			cfg.GoLayout = g.GoLayout
 			cfg.GoTlsG = g.GoTlsG
 			cfg.GoOffM = g.GoOffM
@@ -176,7 +258,12 @@ func (w *Watcher) inspect(pid uint32) (Info, bpf.SamplerProcConfig, []tracectx.H
 	if len(pi.Hooks) > 0 && info.Source == "" {
 		info.Source = "hook"
 	}
-	return info, cfg, pi.Hooks, nil
+	// A mapping named for a process context whose header is not written
+	// yet reads as none and no error; its maps then stay the same while
+	// it is published, so such a process is never quiet.
+	sum.quiet = info.Source == "" && len(pi.Errors) == 0 && pi.Resource == nil && goQuiet &&
+		!bytes.Contains(pr.Maps, []byte("OTEL_CTX"))
+	return info, cfg, pi.Hooks, sum, nil
 }
 
 // ErrNotGo is what a GoConfig returns for a binary that is not Go.
@@ -276,7 +363,7 @@ func (w *Watcher) Info(pid uint32) (Info, bool) {
 // Stats returns the counters.
 func (w *Watcher) Stats() Stats {
 	return Stats{Scanned: w.stats.scanned.Load(), Configured: w.stats.configured.Load(),
-		ScanErrors: w.stats.errors.Load(), HooksAttached: w.stats.hooks.Load()}
+		ScanErrors: w.stats.errors.Load(), HooksAttached: w.stats.hooks.Load(), Unchanged: w.stats.unchanged.Load()}
 }
 
 // Run scans queued processes until stop is closed.

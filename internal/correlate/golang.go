@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/tracectx"
@@ -27,16 +28,15 @@ func GoLabels() GoConfig {
 	}
 	var mu sync.Mutex
 	cache := map[key]entry{}
-	return func(pid int) (bpf.SamplerProcConfig, error) {
+	return func(pid int, st *unix.Stat_t) (bpf.SamplerProcConfig, error) {
 		exe := fmt.Sprintf("/proc/%d/exe", pid)
-		fi, err := os.Stat(exe)
-		if err != nil {
-			return bpf.SamplerProcConfig{}, fmt.Errorf("stat executable: %w", err)
+		if st == nil {
+			st = new(unix.Stat_t)
+			if err := unix.Stat(exe, st); err != nil {
+				return bpf.SamplerProcConfig{}, fmt.Errorf("stat executable: %w", &os.PathError{Op: "stat", Path: exe, Err: err})
+			}
 		}
-		k := key{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			k.dev, k.ino = st.Dev, st.Ino
-		}
+		k := key{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
 		mu.Lock()
 		e, ok := cache[k]
 		mu.Unlock()

@@ -128,6 +128,8 @@ func Open(cfg Config) (*Pipeline, error) {
 		return nil, err
 	}
 	watch := correlate.New(s, correlate.GoLabels(), log)
+	// The scan of a new process takes the tracker's read of it.
+	watch.ShareReads(tracker)
 	p, err := New(cfg, s, Parts{Tracker: tracker, Correlator: watch})
 	if err != nil {
 		s.Close()

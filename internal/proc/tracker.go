@@ -106,6 +106,8 @@ type Tracker struct {
 	// by generation (Hold).
 	gens uint32
 	held map[uint32]*held
+	// snaps are the last reads' snapshots for the trace-context scanner.
+	snaps snapshots
 }
 
 // fileKey names a file by the device and inode /proc/PID/maps shows. While
@@ -309,6 +311,7 @@ func (t *Tracker) ForgetExited() {
 			delete(t.procs, pid)
 		}
 	}
+	t.snaps.expire(time.Now())
 }
 
 // Len returns the number of processes tracked.
@@ -434,6 +437,7 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 		return nil, err
 	}
 	p := &Process{PID: pid, Mappings: ms, Files: map[uint64]*os.File{}}
+	snap := t.snapshot(pid, d, b)
 	p.Exe, _ = d.readlink("exe")
 	if len(ms) == 0 && p.Exe == "" {
 		// A zombie (exited, not yet reaped: empty maps, no exe) or a
@@ -457,6 +461,9 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 	}
 	if b, err := t.readFile(d, "environ"); err == nil {
 		p.Env = parseEnviron(b, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
+		snap.Environ = otelEnviron(b)
+	} else {
+		snap.EnvErr = err
 	}
 	// Open each file once through map_files, which works for deleted and
 	// replaced files too; fall back to the path under the process root.
@@ -472,6 +479,7 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 			p.Files[m.Start] = fh
 		}
 	}
+	t.snaps.put(snap)
 	return p, nil
 }
 

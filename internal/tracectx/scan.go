@@ -1,7 +1,6 @@
 package tracectx
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"errors"
@@ -92,19 +91,50 @@ type fileScan struct {
 	vErr    error
 }
 
+// ProcRead is what the caller read of /proc/PID for a scan, so the
+// process is not read twice (proc.Tracker's Snapshot): the maps text, the
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES entries of the
+// environment (NUL-terminated, in their order; other entries are ignored
+// if present), and the executable's stat. The process memory is still
+// read here, and so is what r leaves out: Environ and EnvErr both nil,
+// Exe and ExeErr both nil.
+type ProcRead struct {
+	Maps    []byte
+	Environ []byte
+	EnvErr  error
+	Exe     *unix.Stat_t
+	ExeErr  error
+}
+
 // Scan is the package's Scan, remembering the files it read.
-func (s *Scanner) Scan(pid int) (*ProcessInfo, error) {
-	maps, err := readMaps(pid)
+func (s *Scanner) Scan(pid int) (*ProcessInfo, error) { return s.ScanRead(pid, nil) }
+
+// ScanRead is Scan with what r holds already read (nil: read it all).
+func (s *Scanner) ScanRead(pid int, r *ProcRead) (*ProcessInfo, error) {
+	var maps []mapping
+	var err error
+	if r != nil {
+		maps, err = parseMapsText(r.Maps)
+	} else {
+		maps, err = readMaps(pid)
+	}
 	if err != nil {
 		return nil, err
 	}
-	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	mem, err := openProcMem(pid)
 	if err != nil {
 		return nil, fmt.Errorf("open process memory: %w", err)
 	}
 	defer mem.Close()
 	info := &ProcessInfo{PID: pid}
-	s.scanModules(pid, mem, maps, info)
+	// The mapped files are looked up from /proc/PID, resolved once.
+	dir, err := unix.Open(fmt.Sprintf("/proc/%d", pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		dir = unix.AT_FDCWD // statMapped then takes the full paths
+	} else {
+		defer unix.Close(dir)
+	}
+	s.scanModules(pid, dir, mem, maps, exeOf(pid, r), info)
 
 	pc, err := loadProcessContext(mem, maps)
 	switch {
@@ -120,13 +150,38 @@ func (s *Scanner) Scan(pid int) (*ProcessInfo, error) {
 		info.Errors = append(info.Errors, err)
 	}
 	if info.ServiceName == "" {
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		var env []byte
+		if r != nil && (r.Environ != nil || r.EnvErr != nil) {
+			env, err = r.Environ, r.EnvErr
+		} else {
+			env, err = readProcFile(fmt.Sprintf("/proc/%d/environ", pid))
+		}
 		if err != nil {
 			info.Errors = append(info.Errors, fmt.Errorf("read environment: %w", err))
 		}
 		info.ServiceName = serviceNameFromEnv(env)
 	}
 	return info, nil
+}
+
+// exeID names the executable as maps does (device "MM:mm", inode), or
+// the error of its stat.
+type exeID struct {
+	dev string
+	ino uint64
+	err error
+}
+
+// exeOf is the executable of pid, from r when it holds the stat.
+func exeOf(pid int, r *ProcRead) exeID {
+	if r == nil || r.Exe == nil && r.ExeErr == nil {
+		dev, ino, err := statExe(pid)
+		return exeID{dev, ino, err}
+	}
+	if r.Exe == nil {
+		return exeID{err: fmt.Errorf("stat executable: %w", r.ExeErr)}
+	}
+	return exeID{devName(r.Exe.Dev), r.Exe.Ino, nil}
 }
 
 type module struct {
@@ -137,8 +192,8 @@ type module struct {
 	v    *TLSVar
 }
 
-func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, info *ProcessInfo) {
-	exeDev, exeIno, exeErr := statExe(pid)
+func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe exeID, info *ProcessInfo) {
+	exeDev, exeIno, exeErr := exe.dev, exe.ino, exe.err
 	seen := map[string]bool{}
 	var mods []module
 	musl := false
@@ -151,7 +206,7 @@ func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, info *Pr
 		if seen[key] {
 			continue
 		}
-		fs, err := s.file(pid, m)
+		fs, err := s.file(pid, dir, m)
 		if err != nil {
 			seen[key] = true
 			info.Errors = append(info.Errors, err)
@@ -195,11 +250,11 @@ func (s *Scanner) scanModules(pid int, mem io.ReaderAt, maps []mapping, info *Pr
 }
 
 // file returns what the file behind mapping m says, read once per file
-// version when s remembers.
-func (s *Scanner) file(pid int, m mapping) (*fileScan, error) {
+// version when s remembers. dir is /proc/PID open, or AT_FDCWD.
+func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 	var key fileKey
 	if s != nil {
-		if st, err := statMapped(pid, m); err == nil {
+		if st, err := statMapped(pid, dir, m); err == nil {
 			key = fileKey{dev: uint64(st.Dev), ino: st.Ino, size: uint64(st.Size),
 				mtime: st.Mtim.Nano(), path: m.path}
 			s.mu.Lock()
@@ -288,10 +343,16 @@ func openMapped(pid int, m mapping) (*elf.File, error) {
 	return f, nil
 }
 
-// statMapped stats the file behind a mapping the way openMapped opens it.
-func statMapped(pid int, m mapping) (unix.Stat_t, error) {
+// statMapped stats the file behind a mapping the way openMapped opens it,
+// through dir (/proc/PID open; AT_FDCWD: the full path) when it can.
+func statMapped(pid, dir int, m mapping) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	err := unix.Stat(mapFilesPath(pid, m), &st)
+	var err error
+	if dir == unix.AT_FDCWD {
+		err = unix.Stat(mapFilesPath(pid, m), &st)
+	} else {
+		err = unix.Fstatat(dir, fmt.Sprintf("map_files/%x-%x", m.start, m.end), &st, 0)
+	}
 	if err != nil {
 		err = unix.Stat(rootPath(pid, strings.TrimSuffix(m.path, " (deleted)")), &st)
 	}
@@ -344,7 +405,12 @@ func statExe(pid int) (dev string, ino uint64, err error) {
 	if err := unix.Stat(fmt.Sprintf("/proc/%d/exe", pid), &st); err != nil {
 		return "", 0, fmt.Errorf("stat executable: %w", err)
 	}
-	return fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev)), st.Ino, nil
+	return devName(st.Dev), st.Ino, nil
+}
+
+// devName formats a device number as /proc/PID/maps shows it.
+func devName(dev uint64) string {
+	return fmt.Sprintf("%02x:%02x", unix.Major(dev), unix.Minor(dev))
 }
 
 func serviceNameFromEnv(env []byte) string {
@@ -372,56 +438,4 @@ func serviceNameFromEnv(env []byte) string {
 		}
 	}
 	return fromAttrs
-}
-
-// mapping is one line of /proc/PID/maps.
-type mapping struct {
-	start, end, off uint64
-	perms, dev      string
-	inode           uint64
-	path            string
-}
-
-func readMaps(pid int) ([]mapping, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		return nil, fmt.Errorf("open process maps: %w", err)
-	}
-	defer f.Close()
-	return parseMaps(f)
-}
-
-func parseMaps(r io.Reader) ([]mapping, error) {
-	var out []mapping
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		// start-end perms offset dev inode [path]; the path may hold spaces.
-		fields := strings.SplitN(sc.Text(), " ", 6)
-		if len(fields) < 5 {
-			continue
-		}
-		lo, hi, ok := strings.Cut(fields[0], "-")
-		if !ok {
-			return nil, fmt.Errorf("parse maps line %q: no address range", sc.Text())
-		}
-		var m mapping
-		var errs [4]error
-		m.start, errs[0] = strconv.ParseUint(lo, 16, 64)
-		m.end, errs[1] = strconv.ParseUint(hi, 16, 64)
-		m.off, errs[2] = strconv.ParseUint(fields[2], 16, 64)
-		m.inode, errs[3] = strconv.ParseUint(fields[4], 10, 64)
-		if err := errors.Join(errs[:]...); err != nil {
-			return nil, fmt.Errorf("parse maps line %q: %w", sc.Text(), err)
-		}
-		m.perms, m.dev = fields[1], fields[3]
-		if len(fields) == 6 {
-			m.path = strings.TrimLeft(fields[5], " ")
-		}
-		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read process maps: %w", err)
-	}
-	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,6 +81,16 @@ func TestScanProbe(t *testing.T) {
 					fmt.Sprint(cached.Hooks, cached.Errors) != fmt.Sprint(info.Hooks, info.Errors) {
 					t.Errorf("Scanner.Scan = %+v, Scan = %+v", cached, info)
 				}
+			}
+			// Given the process as read by the caller (the tracker's
+			// snapshot), the scan learns what its own reads give.
+			viaRead, err := sc.ScanRead(pid, procRead(t, pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if viaRead.ThreadContext != info.ThreadContext || viaRead.ThreadContextModule != info.ThreadContextModule ||
+				viaRead.ServiceName != info.ServiceName || fmt.Sprint(viaRead.Hooks, viaRead.Errors) != fmt.Sprint(info.Hooks, info.Errors) {
+				t.Errorf("Scanner.ScanRead = %+v, Scan = %+v", viaRead, info)
 			}
 			for _, e := range info.Errors {
 				t.Errorf("scan problem: %v", e)
@@ -244,5 +255,44 @@ func TestParseMaps(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// procRead reads what a ProcRead holds of pid, the whole environment
+// included (ScanRead reads only its OTEL entries).
+func procRead(t *testing.T, pid int) *ProcRead {
+	t.Helper()
+	var r ProcRead
+	var err error
+	if r.Maps, err = os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid)); err != nil {
+		t.Fatal(err)
+	}
+	r.Environ, r.EnvErr = os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	r.Exe = new(unix.Stat_t)
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/exe", pid), r.Exe); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+func TestScanReadService(t *testing.T) {
+	// The read's environment names the service: the scan takes it from
+	// there, not from /proc.
+	self := os.Getpid()
+	r := procRead(t, self)
+	r.Environ = []byte("OTEL_RESOURCE_ATTRIBUTES=a=b,service.name=from-attrs\x00")
+	info, err := NewScanner(8).ScanRead(self, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ServiceName != "from-attrs" {
+		t.Errorf("service %q, want from-attrs (the read's environment)", info.ServiceName)
+	}
+	r.Environ, r.EnvErr = nil, os.ErrNotExist
+	if info, err = NewScanner(8).ScanRead(self, r); err != nil {
+		t.Fatal(err)
+	}
+	if info.ServiceName != "" || !slices.ContainsFunc(info.Errors, func(e error) bool { return errors.Is(e, os.ErrNotExist) }) {
+		t.Errorf("service %q, errors %v: want none, and the read's environment error", info.ServiceName, info.Errors)
 	}
 }
