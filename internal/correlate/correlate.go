@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanprof/spanprof/bpf"
-	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
@@ -49,10 +48,10 @@ type Info struct {
 type GoConfig func(pid int, exe *unix.Stat_t) (bpf.SamplerProcConfig, error)
 
 // Reads hands over what a read of /proc/PID made just before the scan
-// saw (proc.Tracker's Snapshot), so a new process is read once; nil when
+// saw (proc.Tracker's ProcRead), so a new process is read once; nil when
 // there is none, and the scan reads /proc itself.
 type Reads interface {
-	Snapshot(pid uint32) *proc.Snapshot
+	ProcRead(pid uint32) *tracectx.ProcRead
 }
 
 // Stats counts what the watcher did.
@@ -186,12 +185,7 @@ func (w *Watcher) inspect(pid uint32, prev scanSum) (Info, bpf.SamplerProcConfig
 	var cfg bpf.SamplerProcConfig
 	var pr *tracectx.ProcRead
 	if w.reads != nil {
-		if snap := w.reads.Snapshot(pid); snap != nil {
-			pr = &tracectx.ProcRead{Maps: snap.Maps, Environ: snap.Environ, EnvErr: snap.EnvErr, ExeErr: snap.ExeErr}
-			if snap.ExeErr == nil {
-				pr.Exe = &snap.Exe
-			}
-		}
+		pr = w.reads.ProcRead(pid)
 	}
 	if pr == nil {
 		maps, err := tracectx.ReadMaps(int(pid))

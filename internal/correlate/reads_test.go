@@ -12,6 +12,7 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
 // countingReads hands over the tracker's snapshots and counts them.
@@ -20,9 +21,9 @@ type countingReads struct {
 	asked, gave int
 }
 
-func (r *countingReads) Snapshot(pid uint32) *proc.Snapshot {
+func (r *countingReads) ProcRead(pid uint32) *tracectx.ProcRead {
 	r.asked++
-	s := r.t.Snapshot(pid)
+	s := r.t.ProcRead(pid)
 	if s != nil {
 		r.gave++
 	}

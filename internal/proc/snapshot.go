@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
 // Snapshot is what one read of /proc/PID saw that the tracker does not
@@ -118,4 +120,18 @@ func otelEnviron(b []byte) []byte {
 		}
 	}
 	return out
+}
+
+// ProcRead is the snapshot of pid (Snapshot) as the trace-context scan
+// takes it, or nil.
+func (t *Tracker) ProcRead(pid uint32) *tracectx.ProcRead {
+	snap := t.Snapshot(pid)
+	if snap == nil {
+		return nil
+	}
+	pr := &tracectx.ProcRead{Maps: snap.Maps, Environ: snap.Environ, EnvErr: snap.EnvErr, ExeErr: snap.ExeErr}
+	if snap.ExeErr == nil {
+		pr.Exe = &snap.Exe
+	}
+	return pr
 }

@@ -92,7 +92,7 @@ type fileScan struct {
 }
 
 // ProcRead is what the caller read of /proc/PID for a scan, so the
-// process is not read twice (proc.Tracker's Snapshot): the maps text, the
+// process is not read twice (proc.Tracker's ProcRead): the maps text, the
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES entries of the
 // environment (NUL-terminated, in their order; other entries are ignored
 // if present), and the executable's stat. The process memory is still
