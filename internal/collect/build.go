@@ -275,7 +275,7 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 			if pm.BuildID == "" && pm.HTLHash == "" {
 				setIdentity(pm, obj.Identity())
 			}
-			fs = objectFrames(nil, obj, pm, addr)
+			fs = ObjectFrames(nil, obj, pm, addr)
 			if len(fs) == 1 {
 				b.nameByStart(p, m, &fs[0])
 			}
@@ -300,7 +300,7 @@ func (b *builder) vdsoFrames(p *proc.Process, m *proc.Mapping, addr uint64) []pr
 	if b.opts.Mode == symbolize.ModeNone {
 		return []profile.Frame{{Address: addr, Mapping: pm}}
 	}
-	return objectFrames(nil, obj, pm, addr)
+	return ObjectFrames(nil, obj, pm, addr)
 }
 
 // jitFrame names an address in anonymous executable memory from the

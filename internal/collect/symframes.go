@@ -16,12 +16,12 @@ func symMapping(m *proc.Mapping) symbolize.Mapping {
 	return symbolize.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}
 }
 
-// objectFrames appends the frames of runtime address addr in mapping pm
+// ObjectFrames appends the frames of runtime address addr in mapping pm
 // of object obj: one frame per function of the inlined chain, innermost
 // first, all with Address addr and Mapping pm. An address no table names
 // still yields one frame, address and mapping only, so exporters show
 // module and offset rather than losing it.
-func objectFrames(dst []profile.Frame, obj *symbolize.Object, pm *profile.Mapping, addr uint64) []profile.Frame {
+func ObjectFrames(dst []profile.Frame, obj *symbolize.Object, pm *profile.Mapping, addr uint64) []profile.Frame {
 	var buf [8]symbolize.Symbol
 	chain := obj.Symbols(buf[:0], symbolize.Mapping{Start: pm.Start, Limit: pm.Limit, Offset: pm.Offset}, addr)
 	return symbolFrames(dst, chain, pm, addr)

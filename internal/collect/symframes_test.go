@@ -35,7 +35,7 @@ func TestObjectFramesOwnBinary(t *testing.T) {
 	}
 	fn := runtime.FuncForPC(uintptr(addr))
 	file, line := fn.FileLine(uintptr(addr))
-	fs := objectFrames(nil, obj, pm, addr)
+	fs := ObjectFrames(nil, obj, pm, addr)
 	if len(fs) != 1 || fs[0].Function != fn.Name() || fs[0].Address != addr || fs[0].Mapping != pm {
 		t.Fatalf("frames of %s+1 = %+v, want one frame of %s at %#x in the mapping", fn.Name(), fs, fn.Name(), addr)
 	}
@@ -44,7 +44,7 @@ func TestObjectFramesOwnBinary(t *testing.T) {
 	}
 
 	out := pm.Limit + 0x1000
-	fs = objectFrames(fs[:0], obj, pm, out)
+	fs = ObjectFrames(fs[:0], obj, pm, out)
 	if len(fs) != 1 || fs[0].Function != "" || fs[0].Address != out || fs[0].Mapping != pm {
 		t.Errorf("out-of-mapping frames = %+v, want one unnamed frame at %#x in the mapping", fs, out)
 	}

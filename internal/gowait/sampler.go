@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
@@ -333,17 +334,7 @@ func (t *targetState) frame(s *Sampler, p *proc.Process, dst []profile.Frame, pc
 		return append(dst, profile.Frame{Address: pc, Mapping: pm})
 	}
 	pm.BuildID, pm.HTLHash = obj.Identity().BuildID, obj.Identity().HTLHash
-	var buf [8]symbolize.Symbol
-	chain := obj.Symbols(buf[:0], symbolize.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset}, pc)
-	if len(chain) == 0 {
-		// Unnamed, the frame keeps module and address for exporters.
-		return append(dst, profile.Frame{Address: pc, Mapping: pm})
-	}
-	for _, sym := range chain {
-		dst = append(dst, profile.Frame{Address: pc, Mapping: pm, Function: sym.Function,
-			File: sym.File, Line: sym.Line, Inlined: sym.Inlined})
-	}
-	return dst
+	return collect.ObjectFrames(dst, obj, pm, pc)
 }
 
 func (t *targetState) mapping(m *proc.Mapping) *profile.Mapping {
