@@ -11,6 +11,7 @@
  * Prints "ready PID PORT" once listening. Build with -rdynamic. */
 #define OTEL_THREAD_CTX_IMPLEMENTATION
 #include "otel_thread_ctx.h"
+#include "../worktime.h"
 #include "otlp_export.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,32 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int64_t now_ns(clockid_t c)
-{
-	struct timespec ts;
-	clock_gettime(c, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static volatile uint64_t sink;
-
-/* running_ns is the monotonic clock less the time this thread has waited
- * runnable (run_delay, the second field of /proc/thread-self/schedstat).
- * Its difference over busy work is the time the thread was current on a
- * CPU: what a CPU-clock sampler sees. Thread CPU time is less by the
- * interrupt and steal time the kernel does not charge to the thread, which
- * on a virtual machine can be a tenth of a short burst. */
-static int64_t running_ns(void)
-{
-	long long exec_ns, delay_ns;
-	FILE *f = fopen("/proc/thread-self/schedstat", "r");
-	if (!f || fscanf(f, "%lld %lld", &exec_ns, &delay_ns) != 2) {
-		perror("read /proc/thread-self/schedstat");
-		exit(1);
-	}
-	fclose(f);
-	return now_ns(CLOCK_MONOTONIC) - (int64_t)delay_ns;
-}
 
 __attribute__((noinline)) static void c_burn(int64_t cpu_ns)
 {
