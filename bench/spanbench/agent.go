@@ -221,16 +221,7 @@ const churnRate = 500
 // startForks starts nproc processes of nthreads threads, forks of the
 // fanout binary itself (one executable), for secs.
 func (b *bench) startForks(nproc, nthreads, secs int) (*proc, []int, error) {
-	p, err := start(b.fanout, strconv.Itoa(nproc), strconv.Itoa(nthreads), strconv.Itoa(secs), "100", "500")
-	if err != nil {
-		return nil, nil, err
-	}
-	pids, err := children(p)
-	if err != nil {
-		p.kill()
-		return nil, nil, err
-	}
-	return p, pids, nil
+	return b.runFanout(nproc, nthreads, secs, "")
 }
 
 // children waits for a fanout parent's "ready" and returns its children.

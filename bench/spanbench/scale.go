@@ -83,7 +83,18 @@ func (b *bench) startFanout(nproc, nthreads, secs int) (*proc, []int, error) {
 			return nil, nil, err
 		}
 	}
-	p, err := start(b.fanout, strconv.Itoa(nproc), strconv.Itoa(nthreads), strconv.Itoa(secs), "100", "500", dir)
+	return b.runFanout(nproc, nthreads, secs, dir)
+}
+
+// runFanout starts the fanout binary (its children run the copies in dir,
+// or fork it when dir is "") and returns the parent and the children's
+// pids once they are ready.
+func (b *bench) runFanout(nproc, nthreads, secs int, dir string) (*proc, []int, error) {
+	args := []string{strconv.Itoa(nproc), strconv.Itoa(nthreads), strconv.Itoa(secs), "100", "500"}
+	if dir != "" {
+		args = append(args, dir)
+	}
+	p, err := start(b.fanout, args...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -30,11 +30,10 @@ func (r *countingReads) ProcRead(pid uint32) *tracectx.ProcRead {
 	return s
 }
 
-// TestScanSharesTrackerRead: with ShareReads, the scan of a new process
-// learns from the tracker's read what its own read would give: the
-// service named in the environment and the executable's identity (for the
-// Go check) come from the snapshot.
-func TestScanSharesTrackerRead(t *testing.T) {
+// startCheckout starts a process whose environment names the service
+// "checkout" and returns its pid once its maps are stable; root only.
+func startCheckout(t *testing.T) uint32 {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("reading another process's memory needs root")
 	}
@@ -46,6 +45,15 @@ func TestScanSharesTrackerRead(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	pid := uint32(cmd.Process.Pid)
 	waitStableMaps(t, int(pid))
+	return pid
+}
+
+// TestScanSharesTrackerRead: with ShareReads, the scan of a new process
+// learns from the tracker's read what its own read would give: the
+// service named in the environment and the executable's identity (for the
+// Go check) come from the snapshot.
+func TestScanSharesTrackerRead(t *testing.T) {
+	pid := startCheckout(t)
 
 	var exes []*unix.Stat_t
 	goc := func(pid int, exe *unix.Stat_t) (bpf.SamplerProcConfig, error) {
@@ -87,17 +95,7 @@ func TestScanSharesTrackerRead(t *testing.T) {
 // it was at a scan that found nothing stops there and keeps what that
 // scan learnt; one whose maps changed is scanned whole.
 func TestRescanUnchangedMaps(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("reading another process's memory needs root")
-	}
-	cmd := exec.Command("sleep", "30")
-	cmd.Env = []string{"OTEL_SERVICE_NAME=checkout"}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	pid := uint32(cmd.Process.Pid)
-	waitStableMaps(t, int(pid))
+	pid := startCheckout(t)
 
 	w := New(&fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}, nil, nil)
 	for i := range 3 {
