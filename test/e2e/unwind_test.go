@@ -227,7 +227,21 @@ const (
 	// copied with the widest window, and its window sized from them, so
 	// a stack of the fixture is cut only by a path first taken later.
 	maxWindowCutShare = 1.0
+	// perfMargin is how far below perf --call-graph dwarf's share, in
+	// points, a case judged against it may read: two samplings of 30 to
+	// 60 samples each differ by about 10 points (one standard deviation)
+	// with the same unwinder, and read 33 against 22 % and 23 against 44 %
+	// in one run.
+	perfMargin = 25.0
 )
+
+// againstPerf are the cases whose on-CPU stacks no unwind table can take
+// past a frame, judged against perf --call-graph dwarf in the same run
+// rather than at wantCaseShare. c-join's on-CPU samples are mostly the
+// parent's side of clone3, whose system call glibc leaves outside any FDE
+// (docs/unwinding.md, Limits): perf reads 15-38 % there too. Its off-CPU
+// time in pthread_join is judged at wantCaseShare like every other case.
+var againstPerf = map[string]bool{"c-join": true}
 
 // windowCutRe reads spanprof record's counts of stacks cut by the window:
 // before it was widened, and deeper than it at frameless code.
@@ -267,7 +281,20 @@ func checkCases(t *testing.T, cc string, tallies, ref map[string]*caseTally, win
 			c.on, share(c.onCaller, c.on), share(c.onEntry, c.on),
 			r.on, share(r.onCaller, r.on), share(r.onEntry, r.on),
 			float64(c.off)/1e6, c.offEvents, share(c.offCaller, c.off), share(c.offEntry, c.off))
-		if c.on >= minOnSamples {
+		switch {
+		case c.on < minOnSamples:
+		case againstPerf[n]:
+			if r.on < minOnSamples/2 {
+				t.Logf("%s: %d perf samples, too few to judge the on-CPU figures against", n, r.on)
+				break
+			}
+			if s, rs := share(c.onCaller, c.on), share(r.onCaller, r.on); s < rs-perfMargin {
+				t.Errorf("%s: %s on %.1f%% of %d on-CPU samples, perf dwarf %.1f%% of %d: want within %.0f points", n, unwindCases[n], s, c.on, rs, r.on, perfMargin)
+			}
+			if s, rs := share(c.onEntry, c.on), share(r.onEntry, r.on); s < rs-perfMargin {
+				t.Errorf("%s: %s on %.1f%% of %d on-CPU samples, perf dwarf %.1f%% of %d: want within %.0f points", n, threadEntry, s, c.on, rs, r.on, perfMargin)
+			}
+		default:
 			if s := share(c.onCaller, c.on); s < wantCaseShare {
 				t.Errorf("%s: %s on %.1f%% of %d on-CPU samples, want ≥ %.0f%%", n, unwindCases[n], s, c.on, wantCaseShare)
 			}
