@@ -38,7 +38,15 @@ var arches = map[string]arch{
 		dpkgArch: "amd64",
 		flavour:  "cloud-amd64",
 		qemu:     "qemu-system-x86_64",
-		qemuArgs: []string{"-machine", "q35", "-accel", "tcg"},
+		// One host thread runs both virtual CPUs (thread=single). With
+		// a thread per CPU, a guest CPU went on running bytes of
+		// __schedule that the kernel had patched (the sched_switch
+		// tracepoint's static key, flipped as spanprof's off-CPU program
+		// attaches): 6.1 hung in a soft lockup and 6.12 oopsed on a
+		// stale int3, each time within 200 attaches (guest.sh patching),
+		// where one thread ran 3,000 on each without fault. Real CPUs
+		// and KVM honour the serializing IPIs the kernel sends.
+		qemuArgs: []string{"-machine", "q35", "-accel", "tcg,thread=single"},
 		console:  "ttyS0",
 		// TCG's TSC is not marked stable, and without it the vDSO's
 		// clock_gettime falls back to a system call, which no machine

@@ -115,9 +115,16 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 		t.Errorf("%s: %v", label, err)
 	}
 	checkStuck(t, label, c)
-	for _, step := range []string{"oncpu", "correlation", "gocorrelation", "offcpu", "exec", "agent"} {
+	for _, step := range []string{"patching", "oncpu", "correlation", "gocorrelation", "offcpu", "exec", "agent"} {
 		if c.results[step] == nil {
 			t.Errorf("%s: step %s did not report", label, step)
+		}
+	}
+	if r := c.results["patching"]; r != nil {
+		add("sched_switch attached and detached %s times in %s s", r["flips"], r["s"])
+		if r["rc"] != "0" {
+			out, _ := os.ReadFile(c.path("flip.out"))
+			t.Errorf("%s: attaching and detaching a program on sched_switch failed (rc %s): %s", label, r["rc"], out)
 		}
 	}
 	loaded := c.result("oncpu", "loaded") == "1" && c.result("offcpu", "loaded") == "1" &&
@@ -311,7 +318,7 @@ func checkAgent(t *testing.T, label string, c *console, add func(string, ...any)
 
 // stepLogs are the logs of spanprof each step of guest.sh writes.
 var stepLogs = map[string]string{
-	"oncpu": "oncpu.log", "correlation": "corr.log", "dtvcorrelation": "dtv.log", "gocorrelation": "gocorr.log",
+	"patching": "flip.out", "oncpu": "oncpu.log", "correlation": "corr.log", "dtvcorrelation": "dtv.log", "gocorrelation": "gocorr.log",
 	"offcpu": "offcpu.log", "execexit": "exec.log", "agent": "agent.log",
 }
 

@@ -99,6 +99,22 @@ correlation() {
 	emit corr.otlp.json "$W/corr.otlp.json"
 }
 
+# Live patching of kernel text: a do-nothing program attached to
+# sched_switch and detached 300 times while a shell loop keeps both CPUs
+# switching (test/kernels/flip). Each attach and detach patches
+# __schedule's tracepoint site while the other CPU runs it: a guest whose
+# emulator runs stale bytes (qemu's multi-threaded TCG on x86) hangs or
+# oopses here, by name, not in a later off-CPU step at random.
+patching() {
+	( while :; do sleep 0.001; done ) >/dev/null 2>&1 &
+	b=$!
+	"$R/flip" ${FLIPS:-300} >"$W/flip.out" 2>&1
+	rc=$?
+	kill $b; wait $b 2>/dev/null
+	emit flip.out "$W/flip.out"
+	result patching rc=$rc $(tail -n 1 "$W/flip.out")
+}
+
 # Dynamic TLS in the eBPF reader: the workload dlopens its context library
 # after a 512-byte TLS library took glibc's static surplus, so every read
 # walks the thread's DTV. Built for x86-64 only (the libraries are
@@ -228,7 +244,7 @@ children() {
 		set -- $st
 		[ "$4" = "$$" ] || continue
 		case "$2" in
-		"(spanprof)" | "(spans)" | "(chain-gcc)" | "(chain-clang)" | "(workload-gcc)" | "(workload-dlopen)" | "(go-service)" | "(sink)")
+		"(spanprof)" | "(flip)" | "(spans)" | "(chain-gcc)" | "(chain-clang)" | "(workload-gcc)" | "(workload-dlopen)" | "(go-service)" | "(sink)")
 			echo "${p#/proc/}" ;;
 		esac
 	done
@@ -271,7 +287,7 @@ watchdog() {
 }
 
 result start kernel=$(uname -r) arch=$(uname -m) btf=$([ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0)
-for step in ${STEPS:-oncpu correlation dtvcorrelation gocorrelation offcpu execexit agent}; do
+for step in ${STEPS:-patching oncpu correlation dtvcorrelation gocorrelation offcpu execexit agent}; do
 	t0=$(now)
 	watchdog $step ${STEP_SECONDS:-240} &
 	wd=$!

@@ -23,7 +23,7 @@ var fixtures = map[string][]string{
 // is x86-64's.
 var amd64CtxFixtures = []string{"workload-dlopen", "libwlctx.so", "libtlsfill.so"}
 
-// buildPayload builds spanprof, the sink and the Go service without cgo for
+// buildPayload builds spanprof, the sink, flip and the Go service without cgo for
 // the architecture, and the fixtures with its toolchain, into one directory
 // under root with guest.sh.
 func buildPayload(root string, a arch) (string, error) {
@@ -35,6 +35,7 @@ func buildPayload(root string, a arch) (string, error) {
 	for name, pkg := range map[string][2]string{
 		"spanprof":   {".", "./cmd/spanprof"},
 		"sink":       {".", "./test/kernels/sink"},
+		"flip":       {".", "./test/kernels/flip"},
 		"go-service": {"testdata/golabels/service", "."},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg[1])
