@@ -12,7 +12,12 @@
  *   pingpong  wait_pingpong: 40 reads answered ~200 µs later each: short
  *                            waits that the profiler samples
  * with a little CPU work before, and a 1 ms sleep outside any span after.
- * The time blocked is measured around each blocking call (CLOCK_MONOTONIC).
+ * The time blocked is measured around each blocking call: its wall time
+ * (CLOCK_MONOTONIC) less the thread's CPU time in it
+ * (CLOCK_THREAD_CPUTIME_ID), so the time off CPU. The two differ by the
+ * system call's own work, and on a virtual machine by the time the thread
+ * was current on a virtual CPU the host did not run: qemu's single-threaded
+ * TCG runs one vCPU at a time, for up to 100 ms while the other waits.
  * At the end every span is written to TRUTH_FILE as
  *   tid trace_id span_id start_realtime_ns end_realtime_ns kind blocked_ns function
  * and stdout gets "done <spans>". */
@@ -91,12 +96,30 @@ static void *helper(void *arg)
 	return NULL;
 }
 
+/* A moment: wall time and the thread's CPU time. */
+struct mark {
+	uint64_t wall, cpu;
+};
+
+static struct mark mark_now(void)
+{
+	return (struct mark){now_ns(CLOCK_MONOTONIC), now_ns(CLOCK_THREAD_CPUTIME_ID)};
+}
+
+/* off_cpu_since is the time the thread was off CPU since m. */
+static uint64_t off_cpu_since(struct mark m)
+{
+	struct mark n = mark_now();
+	uint64_t wall = n.wall - m.wall, cpu = n.cpu - m.cpu;
+	return wall > cpu ? wall - cpu : 0;
+}
+
 /* Each waiter returns the time it was blocked. */
 __attribute__((noinline)) static uint64_t wait_sleep(uint64_t ns)
 {
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	struct mark m = mark_now();
 	sleep_ns(ns);
-	return now_ns(CLOCK_MONOTONIC) - t0;
+	return off_cpu_since(m);
 }
 
 /* usleep goes through glibc's nanosleep and clock_nanosleep, none of
@@ -104,18 +127,18 @@ __attribute__((noinline)) static uint64_t wait_sleep(uint64_t ns)
  * unwinding them. */
 __attribute__((noinline)) static uint64_t wait_usleep(uint64_t ns)
 {
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	struct mark m = mark_now();
 	usleep((useconds_t)(ns / 1000));
-	return now_ns(CLOCK_MONOTONIC) - t0;
+	return off_cpu_since(m);
 }
 
 __attribute__((noinline)) static uint64_t wait_futex(uint64_t ns)
 {
 	static __thread int word;
 	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	struct mark m = mark_now();
 	syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
-	return now_ns(CLOCK_MONOTONIC) - t0;
+	return off_cpu_since(m);
 }
 
 __attribute__((noinline)) static uint64_t wait_pipe(struct worker *w, uint64_t ns)
@@ -123,10 +146,10 @@ __attribute__((noinline)) static uint64_t wait_pipe(struct worker *w, uint64_t n
 	char c;
 	if (write(w->cmd[1], &ns, sizeof ns) != sizeof ns)
 		exit(1);
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	struct mark m = mark_now();
 	if (read(w->data[0], &c, 1) != 1)
 		exit(1);
-	return now_ns(CLOCK_MONOTONIC) - t0;
+	return off_cpu_since(m);
 }
 
 __attribute__((noinline)) static uint64_t wait_pingpong(struct worker *w)
@@ -136,10 +159,10 @@ __attribute__((noinline)) static uint64_t wait_pingpong(struct worker *w)
 	for (int i = 0; i < PINGPONG_ROUNDS; i++) {
 		if (write(w->cmd[1], &ns, sizeof ns) != sizeof ns)
 			exit(1);
-		uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+		struct mark m = mark_now();
 		if (read(w->data[0], &c, 1) != 1)
 			exit(1);
-		blocked += now_ns(CLOCK_MONOTONIC) - t0;
+		blocked += off_cpu_since(m);
 	}
 	return blocked;
 }
