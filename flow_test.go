@@ -90,20 +90,10 @@ var handOff = map[[2]string]string{
 	{"internal/gowait", "internal/profile"}:  "the goroutine-wait sampler builds profile samples",
 }
 
-// pending lists imports against the flow that work in progress removes
-// (issue #24: one ordered event stream replaces the sampler's profile and
-// proc types). They are tolerated, and logged once gone so that the entry
-// is deleted.
-var pending = map[[2]string]string{
-	{"internal/sampler", "internal/profile"}: "sampler's event types move to the sampler",
-	{"internal/sampler", "internal/proc"}:    "the tracker stops being called from the ring reader",
-}
-
 // TestImportsFollowFlow fails on an import of a later stage, for the
 // linux/amd64 and linux/arm64 builds.
 func TestImportsFollowFlow(t *testing.T) {
 	module := modulePath(t)
-	seen := map[[2]string]bool{}
 	for _, arch := range []string{"amd64", "arm64"} {
 		graph, err := importGraph(".", module, arch)
 		if err != nil {
@@ -114,16 +104,6 @@ func TestImportsFollowFlow(t *testing.T) {
 		}
 		for _, v := range checkFlow(graph) {
 			t.Errorf("%s: %s", arch, v)
-		}
-		for pkg, imps := range graph {
-			for _, imp := range imps {
-				seen[[2]string{pkg, imp}] = true
-			}
-		}
-	}
-	for e := range pending {
-		if !seen[e] {
-			t.Logf("%s no longer imports %s: delete its entry in pending", e[0], e[1])
 		}
 	}
 }
@@ -149,7 +129,7 @@ func TestCheckFlowCatches(t *testing.T) {
 			"internal/export":    {"internal/profile", "internal/export/otlp"},
 			"cmd/spanprof":       {"internal/agent", "internal/web/live"},
 		}, 0},
-		{"pending", map[string][]string{"internal/sampler": {"internal/profile", "internal/proc", "bpf"}}, 0},
+		{"the sampler imports the tracker and the model", map[string][]string{"internal/sampler": {"internal/profile", "internal/proc", "bpf"}}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,9 +153,6 @@ func checkFlow(graph map[string][]string) []string {
 		for _, imp := range imps {
 			e := [2]string{pkg, imp}
 			if _, ok := handOff[e]; ok {
-				continue
-			}
-			if _, ok := pending[e]; ok {
 				continue
 			}
 			to, ok := stageOf(imp)

@@ -295,8 +295,16 @@ struct user_ctx {
 static __always_inline void mark_pre_exec(struct stack_sample *s, struct task_struct *task,
 					  struct mm_struct *mm)
 {
-	if (!BPF_CORE_READ_BITFIELD(task, in_execve) || s->user_sp == mm->start_stack)
+	if (!BPF_CORE_READ_BITFIELD(task, in_execve))
 		return;
+	if (s->user_sp == mm->start_stack) {
+		/* The new image's registers: from start_thread to the exec
+		 * tracepoint the sample comes before the event that tells user
+		 * space of the image (on_exec), which names the same mm. */
+		s->flags |= SAMPLE_NEW_IMAGE;
+		s->exec_mm = (__u32)(__u64)mm;
+		return;
+	}
 	s->flags |= SAMPLE_PRE_EXEC;
 	s->parent_pid = task->real_parent->tgid;
 }
@@ -419,7 +427,7 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->ctx_record = 0;
 	s->attrs_len = 0;
 	s->pad2 = 0;
-	s->pad3 = 0;
+	s->exec_mm = 0;
 	/* task is current; reading its comm directly spares a helper call. */
 	__builtin_memcpy(s->comm, task->comm, sizeof(s->comm));
 	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
@@ -734,6 +742,8 @@ static __always_inline struct proc_lifecycle *proc_event_reserve(__u32 pid, __u3
 	e->path_len = 0;
 	e->interp_ino = 0;
 	e->interp_dev = 0;
+	e->parent = 0;
+	e->exec_mm = 0;
 	e->pad = 0;
 	return e;
 }
@@ -756,11 +766,18 @@ static long interp_file(struct task_struct *task, struct vm_area_struct *vma, vo
 	return 0;
 }
 
-/* Wake the reader at once: a short-lived process must be read from /proc
- * before it is gone. */
+/* Whether an exec wakes the reader at once, so that a short-lived process
+ * is read from /proc before it is gone. User space clears it once the
+ * exit-maps programs run (bpf/exitmaps.bpf.c): they capture the mappings of
+ * every process that exits before the reader gets to it, and the exec then
+ * waits for the reader's next poll like a sample, which spares a reader
+ * wake-up and a /proc read per short-lived process. */
+volatile __u8 exec_wakeup = 1;
+
 static __always_inline void proc_event_submit(struct proc_lifecycle *e)
 {
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	/* An exit waits for the next poll: nothing needs it sooner. */
+	bpf_ringbuf_submit(e, e->kind == PROC_EXEC && exec_wakeup ? BPF_RB_FORCE_WAKEUP : wakeup_flags());
 }
 
 #define AT_BASE_ 7
@@ -784,9 +801,10 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	e = proc_event_reserve(tgid, PROC_EXEC);
 	if (!e)
 		return 0;
+	mm = p->mm;
+	e->exec_mm = (__u32)(__u64)mm;
 	/* The auxiliary vector the new image starts with: its pairs end at
 	 * AT_NULL. */
-	mm = p->mm;
 	if (mm) {
 		/* The array's length is each kernel's AT_VECTOR_SIZE, and a
 		 * direct load past its end is refused by the verifiers of 6.1
@@ -840,6 +858,26 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	e = proc_event_reserve(tgid, PROC_EXIT);
 	if (e)
 		proc_event_submit(e);
+	return 0;
+}
+
+/* A new process, so that user space knows the pid is another process's now
+ * (it may be an exited one's) and that its image is its parent's until it
+ * execs: without the event, a fork that never execs would be told from the
+ * pid's earlier process only by reading /proc. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 tgid = child->tgid;
+	struct proc_lifecycle *e;
+
+	if (child->pid != tgid || !wanted(tgid))
+		return 0;
+	e = proc_event_reserve(tgid, PROC_FORK);
+	if (!e)
+		return 0;
+	e->parent = parent->tgid;
+	proc_event_submit(e);
 	return 0;
 }
 

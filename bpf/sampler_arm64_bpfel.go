@@ -91,6 +91,7 @@ type SamplerProcEventKind uint32
 const (
 	SamplerProcEventKindPROC_EXEC SamplerProcEventKind = 1
 	SamplerProcEventKindPROC_EXIT SamplerProcEventKind = 2
+	SamplerProcEventKindPROC_FORK SamplerProcEventKind = 3
 )
 
 type SamplerProcLifecycle struct {
@@ -106,6 +107,8 @@ type SamplerProcLifecycle struct {
 	PathLen    uint32
 	InterpIno  uint64
 	InterpDev  uint32
+	Parent     uint32
+	ExecMm     uint32
 	Pad        uint32
 	Path       [256]int8
 }
@@ -120,7 +123,8 @@ const (
 type SamplerSampleFlag uint32
 
 const (
-	SamplerSampleFlagSAMPLE_PRE_EXEC SamplerSampleFlag = 1
+	SamplerSampleFlagSAMPLE_PRE_EXEC  SamplerSampleFlag = 1
+	SamplerSampleFlagSAMPLE_NEW_IMAGE SamplerSampleFlag = 2
 )
 
 type SamplerSampleKind uint32
@@ -155,7 +159,7 @@ type SamplerStackSample struct {
 	CtxRecord  uint64
 	AttrsLen   uint16
 	Pad2       uint16
-	Pad3       uint32
+	ExecMm     uint32
 	Data       [1292]uint64
 }
 
@@ -198,10 +202,12 @@ const (
 	SamplerMapTracesCtxV1         = "traces_ctx_v1"
 	SamplerProgOnExec             = "on_exec"
 	SamplerProgOnExit             = "on_exit"
+	SamplerProgOnFork             = "on_fork"
 	SamplerProgSampleOnCpu        = "sample_on_cpu"
 	SamplerProgSchedSwitchBtf     = "sched_switch_btf"
 	SamplerProgSchedSwitchRaw     = "sched_switch_raw"
 	SamplerProgSetTraceContext    = "set_trace_context"
+	SamplerVarExecWakeup          = "exec_wakeup"
 	SamplerVarFilterPids          = "filter_pids"
 	SamplerVarNewProcessWindow    = "new_process_window"
 	SamplerVarOffcpuThresholdNs   = "offcpu_threshold_ns"
@@ -263,6 +269,7 @@ type SamplerSpecs struct {
 type SamplerProgramSpecs struct {
 	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnExit          *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnFork          *ebpf.ProgramSpec `ebpf:"on_fork"`
 	SampleOnCpu     *ebpf.ProgramSpec `ebpf:"sample_on_cpu"`
 	SchedSwitchBtf  *ebpf.ProgramSpec `ebpf:"sched_switch_btf"`
 	SchedSwitchRaw  *ebpf.ProgramSpec `ebpf:"sched_switch_raw"`
@@ -291,6 +298,7 @@ type SamplerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SamplerVariableSpecs struct {
+	ExecWakeup          *ebpf.VariableSpec `ebpf:"exec_wakeup"`
 	FilterPids          *ebpf.VariableSpec `ebpf:"filter_pids"`
 	NewProcessWindow    *ebpf.VariableSpec `ebpf:"new_process_window"`
 	OffcpuThresholdNs   *ebpf.VariableSpec `ebpf:"offcpu_threshold_ns"`
@@ -363,6 +371,7 @@ func (m *SamplerMaps) Close() error {
 //
 // It can be passed to LoadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SamplerVariables struct {
+	ExecWakeup          *ebpf.Variable `ebpf:"exec_wakeup"`
 	FilterPids          *ebpf.Variable `ebpf:"filter_pids"`
 	NewProcessWindow    *ebpf.Variable `ebpf:"new_process_window"`
 	OffcpuThresholdNs   *ebpf.Variable `ebpf:"offcpu_threshold_ns"`
@@ -386,6 +395,7 @@ type SamplerVariables struct {
 type SamplerPrograms struct {
 	OnExec          *ebpf.Program `ebpf:"on_exec"`
 	OnExit          *ebpf.Program `ebpf:"on_exit"`
+	OnFork          *ebpf.Program `ebpf:"on_fork"`
 	SampleOnCpu     *ebpf.Program `ebpf:"sample_on_cpu"`
 	SchedSwitchBtf  *ebpf.Program `ebpf:"sched_switch_btf"`
 	SchedSwitchRaw  *ebpf.Program `ebpf:"sched_switch_raw"`
@@ -396,6 +406,7 @@ func (p *SamplerPrograms) Close() error {
 	return _SamplerClose(
 		p.OnExec,
 		p.OnExit,
+		p.OnFork,
 		p.SampleOnCpu,
 		p.SchedSwitchBtf,
 		p.SchedSwitchRaw,

@@ -27,6 +27,10 @@ enum sample_flag {
 	 * the user registers and stack are the image the process ran before
 	 * the exec (for a vfork or posix_spawn child, its parent's). */
 	SAMPLE_PRE_EXEC = 1,
+	/* Taken inside execve after the new image's registers were set: the
+	 * sample is the new image's, which user space learns from the exec
+	 * event (the one with the same exec_mm), maybe after it in the ring. */
+	SAMPLE_NEW_IMAGE = 2,
 };
 
 /* Where the trace context of a sample came from. */
@@ -143,7 +147,7 @@ struct stack_sample {
 	__u64 ctx_record;
 	__u16 attrs_len;    /* bytes of the record's attributes in data, after the frames */
 	__u16 pad2;
-	__u32 pad3;
+	__u32 exec_mm;      /* SAMPLE_NEW_IMAGE: the new mm's address, low 32 bits */
 	/* The window (user memory at [user_sp, user_sp + window_len)), then
 	 * user_frames user addresses, then kern_frames kernel addresses, then
 	 * attrs_len bytes of attributes padded to 8. The record sent is cut
@@ -174,6 +178,7 @@ struct offcpu_pending {
 enum proc_event_kind {
 	PROC_EXEC = 1,
 	PROC_EXIT = 2,
+	PROC_FORK = 3, /* a new process (not a thread); parent is set */
 };
 
 #define EXEC_PATH_LEN 256
@@ -196,6 +201,8 @@ struct proc_lifecycle {
 	__u32 path_len;    /* bytes of path with its NUL, 0 when unread */
 	__u64 interp_ino;  /* the file mapped at interp_base, 0 when unknown */
 	__u32 interp_dev;
+	__u32 parent;  /* a fork's forking process (tgid), 0 otherwise */
+	__u32 exec_mm; /* an exec's new mm's address, low 32 bits */
 	__u32 pad;
 	char path[EXEC_PATH_LEN];
 };

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/collect"
-	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
 
@@ -36,7 +35,7 @@ func records(n int) []*sampler.Record {
 	rs := make([]*sampler.Record, n)
 	for i := range rs {
 		rs[i] = &sampler.Record{
-			Kind: profile.OnCPU, PID: pid, TID: pid + uint32(i%8), Comm: "bench",
+			Kind: sampler.OnCPU, PID: pid, TID: pid + uint32(i%8), Comm: "bench",
 			Time: now.Add(time.Duration(i) * time.Millisecond), Value: 1,
 			UserStack: stacks[i%len(stacks)],
 		}

@@ -338,7 +338,7 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: %d processes were gone before /proc could be read; their executable and loader were placed from the exec\n", n)
 	}
 	if n := tracker.Forked(); n > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d pids were taken by a fork (no exec) after their process exited; samples after the exit were symbolized against the new process\n", n)
+		fmt.Fprintf(stderr, "spanprof: %d pids were taken by a fork after their process exited; samples after the fork were symbolized against the new process\n", n)
 	}
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
 	st := c.Stats()

@@ -200,7 +200,7 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 			}, func() float64 { return float64(a.collector.Stats().WindowsUnset) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_pids_reused_by_fork_total",
-				Help: "Pids taken by a process that forked without an exec after the pid's process exited; samples after the exit were symbolized against the new process.",
+				Help: "Pids taken by a new process (its fork event) after the pid's process exited; samples after the fork were symbolized against the new process.",
 			}, func() float64 { return float64(a.tracker.Forked()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_pre_exec_samples_total",

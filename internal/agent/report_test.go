@@ -40,11 +40,11 @@ func reportRecords(t0 time.Time) []*sampler.Record {
 		r.Comm = []string{"main", "worker"}[i%2]
 		r.UserStack = []uint64{userPC() + 1 + uint64(i%3)}
 		if i%3 == 0 {
-			r.Kind, r.Value, r.State = profile.OffCPU, int64(2e6+i), "SD"[i%2]
+			r.Kind, r.Value, r.State = sampler.OffCPU, int64(2e6+i), "SD"[i%2]
 			r.KernStack = []uint64{0xffffffff81000100, 0xffffffff81000200 + uint64(i%2)}
 		}
 		if i%4 == 0 {
-			r.Link = profile.Link{TraceID: [16]byte{1, byte(i)}, SpanID: [8]byte{2, byte(i)}}
+			r.Link = sampler.Link{TraceID: [16]byte{1, byte(i)}, SpanID: [8]byte{2, byte(i)}}
 		}
 		rs = append(rs, r)
 	}
@@ -115,8 +115,11 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	}
 	for i, r := range rs { // FromProfiles orders events by time, as the records are
 		s := gotProf.Samples[i]
-		if !s.Time.Equal(r.Time) || s.TID != r.TID || s.Value != r.Value || s.Link != r.Link || s.Kind != r.Kind {
+		if !s.Time.Equal(r.Time) || s.TID != r.TID || s.Value != r.Value || s.Link != profile.Link(r.Link) || s.Kind != wantKind[r.Kind] {
 			t.Fatalf("event %d: %+v, from record %+v", i, s, r)
 		}
 	}
 }
+
+// wantKind is the profile's kind of each sampler kind.
+var wantKind = map[sampler.Kind]profile.Kind{sampler.OnCPU: profile.OnCPU, sampler.OffCPU: profile.OffCPU}

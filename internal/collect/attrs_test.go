@@ -16,7 +16,7 @@ func TestAttrs(t *testing.T) {
 	keys := map[uint32][]string{100: {"http.request.method", "http.route", "thread.id"}}
 	c := New(Options{Frequency: 99, NoLeafRecovery: true, Kernel: testKernel(), MaxAttrSets: 2,
 		ContextKeys: func(pid uint32) []string { return keys[pid] }})
-	link := profile.Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
+	link := sampler.Link{TraceID: [16]byte{1}, SpanID: [8]byte{2}}
 	rec := func(pid uint32, raw string) *sampler.Record {
 		return &sampler.Record{PID: pid, TID: pid, Value: 1, Time: time.Unix(1700000000, 0), Link: link,
 			UserStack: []uint64{0x401000}, CtxAttrs: []byte(raw)}
@@ -45,7 +45,7 @@ func TestAttrs(t *testing.T) {
 		if got := fmt.Sprint(s.Attrs.All()); got != want[i] {
 			t.Errorf("sample %d: attributes %s, want %s", i, got, want[i])
 		}
-		if s.Link != link {
+		if s.Link != profile.Link(link) {
 			t.Errorf("sample %d lost its link", i)
 		}
 	}

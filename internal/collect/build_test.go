@@ -97,18 +97,18 @@ func testRecords() []*sampler.Record {
 	var rs []*sampler.Record
 	for i := range 60 {
 		r := &sampler.Record{
-			Kind: profile.OnCPU, PID: pid, TID: pid + uint32(i%5), CPU: uint32(i % 2),
+			Kind: sampler.OnCPU, PID: pid, TID: pid + uint32(i%5), CPU: uint32(i % 2),
 			Comm: comms[i%len(comms)], Time: t0.Add(time.Duration(i) * 1013 * time.Microsecond),
 			Value:     1,
 			UserStack: slices.Clone(users[i%len(users)]),
 		}
 		if i%2 == 1 {
-			r.Kind, r.Value = profile.OffCPU, int64(1000+i)
+			r.Kind, r.Value = sampler.OffCPU, int64(1000+i)
 			r.State = "SD"[i/2%2]
 			r.KernStack = slices.Clone(kerns[i/2%len(kerns)])
 		}
 		if i%3 == 0 {
-			r.Link = profile.Link{TraceID: [16]byte{byte(i), 1}, SpanID: [8]byte{byte(i), 2}}
+			r.Link = sampler.Link{TraceID: [16]byte{byte(i), 1}, SpanID: [8]byte{byte(i), 2}}
 		}
 		rs = append(rs, r)
 	}
@@ -143,8 +143,8 @@ func TestBuildKeepsEachSample(t *testing.T) {
 		if r.State != 0 {
 			state = string(rune(r.State))
 		}
-		if s.Kind != r.Kind || s.PID != r.PID || s.TID != r.TID || s.CPU != r.CPU || s.ThreadName != r.Comm ||
-			s.Time != r.Time || s.Value != r.Value || s.Link != r.Link || s.State != state {
+		if s.Kind != wantKind[r.Kind] || s.PID != r.PID || s.TID != r.TID || s.CPU != r.CPU || s.ThreadName != r.Comm ||
+			s.Time != r.Time || s.Value != r.Value || s.Link != profile.Link(r.Link) || s.State != state {
 			t.Errorf("sample %d: %+v, from record %+v", i, s, r)
 		}
 		one := testCollector()
@@ -153,7 +153,7 @@ func TestBuildKeepsEachSample(t *testing.T) {
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("sample %d differs from the record built alone:\n got %+v\nwant %+v", i, s, want)
 		}
-		if r.Kind == profile.OffCPU && len(r.KernStack) > 0 {
+		if r.Kind == sampler.OffCPU && len(r.KernStack) > 0 {
 			if len(s.Frames) == 0 || s.Frames[0].Function != "__schedule" {
 				t.Errorf("sample %d: off-CPU frames %v, want the tracing frames cut", i, s.Frames)
 			}
@@ -203,7 +203,7 @@ func TestBuildSharesFramesOfIdenticalStacks(t *testing.T) {
 	pid := uint32(os.Getpid())
 	user := userStack(2)
 	rec := func(tid uint32, user []uint64) *sampler.Record {
-		return &sampler.Record{Kind: profile.OnCPU, PID: pid, TID: tid, Comm: "t", Time: time.Unix(0, int64(tid)), Value: 1,
+		return &sampler.Record{Kind: sampler.OnCPU, PID: pid, TID: tid, Comm: "t", Time: time.Unix(0, int64(tid)), Value: 1,
 			UserStack: slices.Clone(user)}
 	}
 	c := testCollector()
@@ -248,7 +248,7 @@ func TestAddKeepsMemoryPerDistinctStack(t *testing.T) {
 	t0 := time.Unix(1700000000, 0) // as the sampler makes times: time.Unix(0, ns)
 	for i := range n {
 		st := slices.Clone(stacks[i%len(stacks)])
-		c.Add(&sampler.Record{Kind: profile.OffCPU, PID: pid, TID: pid + uint32(i%100), Comm: "w",
+		c.Add(&sampler.Record{Kind: sampler.OffCPU, PID: pid, TID: pid + uint32(i%100), Comm: "w",
 			Time: t0.Add(time.Duration(i)), Value: 5000, State: 'S',
 			KernStack: st[:32], UserStack: st[32:]})
 	}
@@ -341,7 +341,7 @@ func TestBuildCutsStackAtNonCode(t *testing.T) {
 	end := time.Unix(1700000010, 0)
 	build := func(user []uint64) (*profile.Profile, Stats) {
 		c := testCollector()
-		c.Add(&sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Value: 1, Time: end.Add(-time.Second), UserStack: user})
+		c.Add(&sampler.Record{Kind: sampler.OnCPU, PID: pid, TID: pid, Value: 1, Time: end.Add(-time.Second), UserStack: user})
 		return c.Build(end), c.Stats()
 	}
 	got, st := build(broken)
@@ -357,3 +357,6 @@ func TestBuildCutsStackAtNonCode(t *testing.T) {
 		t.Errorf("the whole stack has %d frames, no more than its first two addresses", n)
 	}
 }
+
+// wantKind is the profile's kind of each sampler kind.
+var wantKind = map[sampler.Kind]profile.Kind{sampler.OnCPU: profile.OnCPU, sampler.OffCPU: profile.OffCPU}

@@ -277,24 +277,47 @@ func New(opts Options) *Collector {
 // in stream order: the samples before the event were added against the
 // table as it was, those after it are added against the table it leaves.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
+	if e.Fork {
+		c.opts.Tracker.Fork(e.PID, e.Parent, e.Time)
+		c.dropWindow(e.PID)
+		return
+	}
 	if e.Exit {
 		c.dropWindow(e.PID)
 		if e.Maps != nil {
 			// Libraries and vDSO of a process whose maps were read too
 			// early or never: captured by the kernel as it exited.
-			c.opts.Tracker.ExitMaps(e.PID, e.Time, e.Exe, e.Maps)
+			c.opts.Tracker.ExitMaps(e.PID, e.Time, e.Exe, mappings(e.Maps))
 		}
 		c.opts.Tracker.Exit(e.PID, e.Time)
 		return
 	}
 	// The reader read the new image as it decoded the exec (e.Read); an
 	// event without a read has it read now.
-	if e.Read != nil {
-		c.opts.Tracker.ApplyExec(e.PID, e.Time, e.Read)
+	if r, ok := e.Read.(*proc.ExecRead); ok {
+		c.opts.Tracker.ApplyExec(e.PID, e.Time, r)
 	} else {
-		c.opts.Tracker.Exec(e.PID, e.Time, e.Image)
+		c.opts.Tracker.Exec(e.PID, e.Time, (*proc.Image)(e.Image))
 	}
 	c.dropWindow(e.PID)
+}
+
+// kindOf is the profile's kind of a sample.
+func kindOf(k sampler.Kind) profile.Kind {
+	if k == sampler.OffCPU {
+		return profile.OffCPU
+	}
+	return profile.OnCPU
+}
+
+// mappings converts the kernel's exit capture to the tracker's mappings
+// (the same fields).
+func mappings(vmas []sampler.VMA) []proc.Mapping {
+	ms := make([]proc.Mapping, len(vmas))
+	for i, v := range vmas {
+		ms[i] = proc.Mapping(v)
+	}
+	return ms
 }
 
 // Add records one sample, against the tracker's state at its place in
@@ -314,7 +337,7 @@ func (c *Collector) Add(r *sampler.Record) {
 	}
 	attributed := p != nil
 	if p == nil {
-		p = c.opts.Tracker.Current(r.PID, r.Time)
+		p = c.opts.Tracker.Current(r.PID)
 		if p.ExecRead() && needsLibraries(p, r.UserStack) {
 			// Read at its exec, before the loader mapped the
 			// libraries this stack runs in: read again now, while it
@@ -520,10 +543,10 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 	last := &c.samples[len(c.samples)-1]
 	c.n++
 	*last = append(*last, sample{
-		t: toUnixNano(r.Time), value: r.Value, link: r.Link,
+		t: toUnixNano(r.Time), value: r.Value, link: profile.Link(r.Link),
 		stack: c.stacks.intern(r.PID, image, r.KernStack, user),
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
-		kind: r.Kind, state: r.State, attrs: attrID,
+		kind: kindOf(r.Kind), state: r.State, attrs: attrID,
 	})
 }
 

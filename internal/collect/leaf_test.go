@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/proc"
-	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"github.com/spanprof/spanprof/internal/unwind"
@@ -64,7 +63,7 @@ func TestAddRecoversLeafCaller(t *testing.T) {
 	pid := uint32(os.Getpid())
 	rec := func(stackTop []byte) *sampler.Record {
 		return &sampler.Record{
-			Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "test", Time: time.Now(), Value: 1,
+			Kind: sampler.OnCPU, PID: pid, TID: pid, Comm: "test", Time: time.Now(), Value: 1,
 			UserIP: leaf, UserSP: 0x7ffd0000, StackTop: stackTop,
 			// The walk went from the leaf straight to its caller's caller.
 			UserStack: []uint64{leaf, outer},

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/proc"
-	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 )
 
@@ -157,7 +156,7 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 				exec.Read = tr.ReadExec(pid, exec.Time, nil)
 			}
 			r := &sampler.Record{
-				Kind: profile.OnCPU, PID: pid, TID: pid + 1, CPU: 1, Comm: "new-name", Time: at, Value: 1,
+				Kind: sampler.OnCPU, PID: pid, TID: pid + 1, CPU: 1, Comm: "new-name", Time: at, Value: 1,
 				UserIP: leaf, UserSP: 0x7ffd0000, StackTop: top,
 				UserStack: []uint64{leaf, outer},
 				KernStack: []uint64{kSyscall + 8},
@@ -167,7 +166,7 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 			c.ProcEvent(exec)
 			// A sample after the exec at the same addresses is the new
 			// image's, in the same report.
-			c.Add(&sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "new-name", Time: time.Now(), Value: 1,
+			c.Add(&sampler.Record{Kind: sampler.OnCPU, PID: pid, TID: pid, Comm: "new-name", Time: time.Now(), Value: 1,
 				UserStack: []uint64{leaf, outer}})
 			if got := tr.Get(pid); got.Mappings[0].Path != fp.other {
 				t.Fatalf("after the exec the tracker has %s, want %s", got.Mappings[0].Path, fp.other)
@@ -232,10 +231,10 @@ func TestPreExecImageHeldOncePerReport(t *testing.T) {
 	c := New(Options{Frequency: 99, Tracker: tr, Kernel: testKernel(), NoVDSO: true, NoLeafRecovery: true})
 	user := userStack(2)
 	for pid := uint32(100); pid < 110; pid++ {
-		c.Add(&sampler.Record{Kind: profile.OnCPU, PID: pid, TID: pid, Comm: "child", Time: time.Now(), Value: 1,
+		c.Add(&sampler.Record{Kind: sampler.OnCPU, PID: pid, TID: pid, Comm: "child", Time: time.Now(), Value: 1,
 			UserStack: user, PreExec: true, ParentPID: parent})
 	}
-	c.Add(&sampler.Record{Kind: profile.OnCPU, PID: 200, TID: 200, Comm: "orphan", Time: time.Now(), Value: 1,
+	c.Add(&sampler.Record{Kind: sampler.OnCPU, PID: 200, TID: 200, Comm: "orphan", Time: time.Now(), Value: 1,
 		UserStack: user, PreExec: true, ParentPID: 201})
 	// The parent's image for the 10 children, the orphan's own.
 	if n, held := len(c.held), tr.Held(); n != 2 || held != 2 {
@@ -281,7 +280,7 @@ func newReusedPID(t *testing.T) *reusedPID {
 func (r *reusedPID) sample(at time.Time) *sampler.Record {
 	leaf := uint64(reflect.ValueOf(leafMarker).Pointer())
 	outer := uint64(reflect.ValueOf(outerMarker).Pointer()) + 8
-	return &sampler.Record{Kind: profile.OnCPU, PID: reusePID, TID: reusePID, Comm: "churn", Time: at, Value: 1,
+	return &sampler.Record{Kind: sampler.OnCPU, PID: reusePID, TID: reusePID, Comm: "churn", Time: at, Value: 1,
 		UserStack: []uint64{leaf, outer}}
 }
 
@@ -305,15 +304,15 @@ func (r *reusedPID) check(t *testing.T, n, first int) {
 }
 
 // TestPIDReusedByFork: a pid whose process exited is taken by a process
-// that forked and never exec'd, so no exec event tells of it. Samples taken
-// after the exit are symbolized against the process now holding the pid;
-// those taken before, against the one that exited. While the pid still
-// shows the exited process (its other threads dying after the leader's
-// exit event), later samples keep its image.
+// that forked and never exec'd, so no exec event tells of it; its fork
+// event does. Samples taken after the fork are symbolized against the
+// process now holding the pid; those taken before, against the one that
+// exited. While the pid still shows the exited process (its other threads
+// dying after the leader's exit event), later samples keep its image.
 //
 // The events come in stream order: the samples taken before the exit
-// precede its event, the fork's follow it (the fork took the pid after the
-// exit). The exit marks the exited process, never the fork.
+// precede its event, the fork's follow its fork event (the fork took the
+// pid after the exit). The exit marks the exited process, never the fork.
 func TestPIDReusedByFork(t *testing.T) {
 	r := newReusedPID(t)
 	r.c.Add(r.sample(time.Now())) // read at first sight
@@ -323,6 +322,8 @@ func TestPIDReusedByFork(t *testing.T) {
 	r.c.Add(r.sample(time.Now())) // the exiting process still holds the pid
 	time.Sleep(time.Millisecond)
 	r.fp.write(reusePID, false) // a fork of another program takes the pid
+	// Its parent is not tracked: the fork is read at its first sample.
+	r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Fork: true, Parent: reusePID + 1, Time: time.Now()})
 	r.c.Add(r.sample(time.Now()))
 	if p := r.tr.Get(reusePID); p.Exited {
 		t.Errorf("the fork holding the pid is marked exited: %+v", p)
@@ -330,6 +331,28 @@ func TestPIDReusedByFork(t *testing.T) {
 	r.check(t, 4, 3)
 	if n := r.tr.Forked(); n != 1 {
 		t.Errorf("Forked() = %d, want 1", n)
+	}
+}
+
+// TestForkSharesItsParentsImage: a fork runs its parent's image until it
+// execs. Its samples are named against the parent's mappings, also when
+// the child is gone before /proc could be read, and its entry is its own:
+// the parent's exit does not mark it.
+func TestForkSharesItsParentsImage(t *testing.T) {
+	r := newReusedPID(t)
+	r.c.Add(r.sample(time.Now())) // the parent, read at first sight
+	const child = reusePID + 1    // never in the fake /proc
+	r.c.ProcEvent(sampler.ProcEvent{PID: child, Fork: true, Parent: reusePID, Time: time.Now()})
+	r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Exit: true, Time: time.Now()})
+	s := r.sample(time.Now())
+	s.PID, s.TID = child, child
+	r.c.Add(s)
+	if p := r.tr.Get(child); p == nil || p.Exited || p.PID != child || len(p.Mappings) == 0 {
+		t.Errorf("the fork's entry: %+v, want its own, live, with its parent's mappings", p)
+	}
+	r.check(t, 2, 2)
+	if n := r.tr.Forked(); n != 0 {
+		t.Errorf("Forked() = %d, want 0: no pid was reused", n)
 	}
 }
 

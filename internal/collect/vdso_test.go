@@ -68,7 +68,7 @@ func TestVDSOFramesNamed(t *testing.T) {
 		exit    *sampler.ProcEvent
 	}{
 		{"live", live, nil},
-		{"exited", gone, &sampler.ProcEvent{PID: pid, Exit: true, Time: at.Add(time.Millisecond), Maps: []proc.Mapping{*vdso}}},
+		{"exited", gone, &sampler.ProcEvent{PID: pid, Exit: true, Time: at.Add(time.Millisecond), Maps: []sampler.VMA{sampler.VMA(*vdso)}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := New(Options{Frequency: 99, Tracker: tt.tracker, NoLeafRecovery: true})

@@ -118,7 +118,7 @@ func Open(cfg Config) (*Pipeline, error) {
 		// The reader reads an exec'd image as it decodes the exec: a
 		// short-lived process is gone by the time the consumer reaches
 		// the event, which carries the read to it.
-		Exec: tracker,
+		Exec: execReader{tracker},
 		// The collector sizes each process's window from its first
 		// samples, copied with the widest.
 		NewProcessWindow: newProcessWindow(),
@@ -289,8 +289,14 @@ func (p *Pipeline) Add(r *sampler.Record) {
 }
 
 // ProcEvent hands an exec or exit to the watcher, the JIT perf maps and
-// the collector.
+// the collector, and a fork to the collector: the new process is the
+// watcher's and the perf maps' at its first sample, as any process they
+// have not seen.
 func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
+	if e.Fork {
+		p.Collector.ProcEvent(e)
+		return
+	}
 	if e.Exit {
 		// Its JIT names answer until the exited processes are forgotten.
 		p.Symbols.JIT.Exited(e.PID)

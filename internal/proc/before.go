@@ -21,8 +21,12 @@ import "time"
 func (t *Tracker) Before(pid, parent uint32, at time.Time, ip uint64) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// An entry read after at may hold the new image already.
-	if p, ok := t.procs[pid]; ok && !p.Exited && p.readAt.Before(at) {
+	// An entry read after at may hold the new image already. A fork's
+	// copy of its parent lacking ip is the parent's image as the tracker
+	// had it at the fork, maybe read before the parent's loader mapped
+	// libc: the parent, read again below, has it.
+	if p, ok := t.procs[pid]; ok && !p.Exited && p.readAt.Before(at) &&
+		(p.forkOf == 0 || p.forkOf != parent || p.Find(ip) != nil) {
 		return p
 	}
 	if parent == 0 || parent == pid {

@@ -103,3 +103,36 @@ func TestBeforeExec(t *testing.T) {
 		t.Errorf("released image still returned: %+v", p)
 	}
 }
+
+// TestBeforeExecOfAFork: a fork's entry is a copy of its parent's as the
+// tracker had it at the fork. A sample inside the child's exec at an
+// address that copy lacks (the parent was read before its loader mapped
+// libc, whose execve the child calls) is placed in the parent, read again;
+// one at an address the copy has is placed in the copy.
+func TestBeforeExecOfAFork(t *testing.T) {
+	tmp := t.TempDir()
+	parent, lib := filepath.Join(tmp, "parent"), filepath.Join(tmp, "libc.so")
+	for _, f := range []string{parent, lib} {
+		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(tmp, "proc")
+	fakeProc(t, root, 8, parent)
+	tr := NewTracker(root, nil)
+	defer tr.Close()
+	tr.Get(8) // before its loader mapped libc
+	tr.Fork(9, 8, time.Now())
+	time.Sleep(time.Millisecond)
+	inExec := time.Now()
+	if p := tr.Before(9, 8, inExec, 0x400000); p == nil || p.PID != 9 {
+		t.Errorf("an address the fork's copy has: placed in %+v, want the copy (pid 9)", p)
+	}
+	fakeProc(t, root, 8, parent, lib)
+	libAddr := uint64(0x400000 + 0x10000) // fakeProc's place for the second file
+	time.Sleep(parentRefreshAge)
+	p := tr.Before(9, 8, inExec, libAddr)
+	if p == nil || p.PID != 8 || p.Find(libAddr) == nil || p.Find(libAddr).Path != lib {
+		t.Errorf("an address the fork's copy lacks: placed in %+v, want the parent read again, with libc", p)
+	}
+}

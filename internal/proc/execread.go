@@ -12,6 +12,7 @@ import (
 // (Discard); it changes nothing in the tracker's table, which only the
 // consumer changes, in stream order.
 type ExecRead struct {
+	t *Tracker
 	p *Process
 	// synthesized: the process was gone before it could be read, and was
 	// placed from its exec image.
@@ -25,12 +26,29 @@ type ExecRead struct {
 // while the consumer uses the tracker: only the shared file handles are
 // touched, under the tracker's lock.
 func (t *Tracker) ReadExec(pid uint32, at time.Time, img *Image) *ExecRead {
+	return t.readExec(pid, at, img, true)
+}
+
+// PlaceExec is ReadExec for an exec whose process already shows a later
+// state in /proc (the reader holds a later exec or the exit of the pid,
+// which were in the ring before it got to this one): it is placed from its
+// exec image alone, as if gone, since a read would show what came after.
+// The mappings an exit captured, if any, follow in the stream.
+func (t *Tracker) PlaceExec(pid uint32, at time.Time, img *Image) *ExecRead {
+	return t.readExec(pid, at, img, false)
+}
+
+func (t *Tracker) readExec(pid uint32, at time.Time, img *Image, live bool) *ExecRead {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := &ExecRead{}
-	p, err := t.read(pid)
-	if err == nil && p.Exited && len(p.Mappings) == 0 {
-		err = fmt.Errorf("exited") // a zombie: its maps are empty
+	r := &ExecRead{t: t}
+	var p *Process
+	err := fmt.Errorf("superseded by a later event of the pid")
+	if live {
+		p, err = t.read(pid)
+		if err == nil && p.Exited && len(p.Mappings) == 0 {
+			err = fmt.Errorf("exited") // a zombie: its maps are empty
+		}
 	}
 	if err != nil {
 		t.log.Debug("read process after exec", "pid", pid, "error", err)
@@ -49,6 +67,14 @@ func (t *Tracker) ReadExec(pid uint32, at time.Time, img *Image) *ExecRead {
 	p.execAt = at
 	r.p = p
 	return r
+}
+
+// Discard releases the read, which will not be applied (its event was
+// dropped).
+func (r *ExecRead) Discard() {
+	if r != nil && r.t != nil {
+		r.t.Discard(r)
+	}
 }
 
 // Discard releases a read that will not be applied (its event was

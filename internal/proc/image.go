@@ -10,7 +10,8 @@ import (
 // Image is where an exec put the new program, as the kernel reports it at
 // the exec: enough to lay out the executable's and its interpreter's code
 // from their ELF headers when the process is gone before /proc/PID/maps
-// can be read (a process living a millisecond).
+// can be read (a process living a millisecond). It has the fields of the
+// sampler's ExecImage, in its order, so one converts to the other.
 type Image struct {
 	// Path is the file executed as the process saw it (for a script, its
 	// interpreter); Dev and Inode name that file.
@@ -26,11 +27,6 @@ type Image struct {
 	// another file in the agent's mount namespace).
 	InterpDev   string
 	InterpInode uint64
-}
-
-// KernelDev formats a kernel dev_t (major << 20 | minor) as maps does.
-func KernelDev(dev uint32) string {
-	return fmt.Sprintf("%02x:%02x", dev>>20, dev&(1<<20-1))
 }
 
 // synthesize builds the process from its exec image: the executable

@@ -32,14 +32,9 @@ type Process struct {
 	execReread bool
 	// gen names the image (hold.go): copies of it keep it.
 	gen uint32
-	// exitAt is the time of the process's exit (zero: not seen), and
-	// lookedAt when procfs was last read for a process that took the pid
-	// after it (successor).
-	exitAt, lookedAt time.Time
-	// startTime is the process's start in clock ticks after boot
-	// (/proc/PID/stat field 22; 0 when not read): tells a process that
-	// took the pid from the one that had it.
-	startTime uint64
+	// forkOf is the parent this entry was copied from at a fork (Fork),
+	// 0 for an entry read or placed for the pid itself.
+	forkOf uint32
 
 	PID      uint32
 	Exe      string // path of the executable as the process sees it
@@ -94,7 +89,7 @@ type Tracker struct {
 	keys  map[*os.File]fileKey
 	// synthesized counts processes placed from their exec image.
 	synthesized int
-	// forked counts pids found taken by a fork after their process's exit.
+	// forked counts pids taken by a fork after their process's exit.
 	forked    int
 	refreshed int
 	exitStats ExitStats
@@ -169,46 +164,53 @@ func (t *Tracker) Exec(pid uint32, at time.Time, img *Image) {
 	}
 }
 
-// Current returns the entry of pid for a sample taken at time at and
-// handed over in stream order, reading the process at first sight like
-// Get: every exec and exit before the sample in the stream has been
-// applied, so the entry is the image the sample ran in, unless a fork
-// that never exec'd took the pid after its process's exit (successor). A
-// zero at (no time known) means the entry.
-func (t *Tracker) Current(pid uint32, at time.Time) *Process {
+// Current returns the entry of pid for a sample handed over in stream
+// order, reading the process at first sight like Get: every exec, exit and
+// fork before the sample in the stream has been applied, so the entry is
+// the image the sample ran in.
+func (t *Tracker) Current(pid uint32) *Process {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.successor(t.get(pid), at)
+	return t.get(pid)
 }
 
-// successor returns the process that holds p's pid at time at. That is p,
-// unless p exited before at and a fork that never exec'd took the pid
-// since (an exec would have replaced p): then the new process is read and
-// becomes the pid's entry, p retired (kept while held). procfs is read
-// once per sample taken after the last read, and a pid still held by the
-// exiting process (its other threads dying after the leader's exit event)
-// or by no process keeps p. Callers hold t.mu.
-func (t *Tracker) successor(p *Process, at time.Time) *Process {
-	if p.exitAt.IsZero() || at.IsZero() || !at.After(p.exitAt) || !at.After(p.lookedAt) {
-		return p
+// Fork makes pid, a new process forked by parent at time at, the pid's
+// entry, in stream order: a copy of the parent's entry, whose image the
+// child shares until it execs, or none when the parent is not known live
+// (the child is then read at its first sample). An entry of an earlier
+// process of the pid is retired (kept while samples hold it) and counted
+// in Forked when it had exited: the pid was taken by a new process after
+// its process's exit, which only this event tells apart.
+func (t *Tracker) Fork(pid, parent uint32, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.procs[pid]; ok {
+		if cur.Exited {
+			t.forked++
+		}
+		delete(t.procs, pid)
+		t.retire(cur)
 	}
-	p.lookedAt = time.Now()
-	n, err := t.read(p.PID)
-	if err != nil {
-		return p
+	pp, ok := t.procs[parent]
+	if !ok || pp.Exited {
+		return
 	}
-	if n.Exited || n.startTime == 0 || n.startTime == p.startTime {
-		t.release(n)
-		return p
+	c := *pp
+	c.PID, c.forkOf = pid, parent
+	// The image began here for this pid: an exec after it replaces it,
+	// and an exit capture before it is an earlier process's.
+	c.readAt, c.execAt = at, at
+	c.Files = make(map[uint64]*os.File, len(pp.Files))
+	for start, f := range pp.Files {
+		// Shared handles gain a reference; one the parent uses alone (a
+		// file replaced since it was mapped) is not the child's to close.
+		if k, ok := t.keys[f]; ok {
+			t.files[k].refs++
+			c.Files[start] = f
+		}
 	}
-	n.readAt = p.lookedAt
-	// Images are told apart by time: this one began after the exit.
-	n.execAt = p.exitAt.Add(time.Nanosecond)
-	n.gen = t.newGen()
-	t.retire(p)
-	t.procs[p.PID] = n
-	t.forked++
-	return n
+	c.gen = t.newGen()
+	t.procs[pid] = &c
 }
 
 // Refresh re-reads the mappings of pid, a live process read at least
@@ -275,8 +277,8 @@ func (t *Tracker) Synthesized() int {
 	return t.synthesized
 }
 
-// Forked counts the pids found taken by a process that forked without an
-// exec after the pid's process exited (successor).
+// Forked counts the pids taken by a new process (Fork) after the pid's
+// process exited.
 func (t *Tracker) Forked() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -293,9 +295,6 @@ func (t *Tracker) Exit(pid uint32, at time.Time) {
 	p, ok := t.procs[pid]
 	if !ok || !at.IsZero() && p.execAt.After(at) {
 		return
-	}
-	if p.exitAt.IsZero() {
-		p.exitAt = at
 	}
 	p.Exited = true
 }
@@ -448,7 +447,7 @@ func (t *Tracker) read(pid uint32) (*Process, error) {
 	}
 	if b, err := t.readFile(d, "stat"); err == nil {
 		st := parseStat(b)
-		p.Comm, p.startTime = st.comm, st.startTime
+		p.Comm = st.comm
 		if st.exiting {
 			// Its exit may have been reported already, before this read
 			// (a sample handed over after the exit event): no exit will
@@ -516,8 +515,7 @@ const pfExiting = 0x4
 
 // procStat is what the tracker takes of /proc/PID/stat.
 type procStat struct {
-	comm      string // the command name, as /proc/PID/comm shows it
-	startTime uint64 // field 22, clock ticks after boot; 0 when unreadable
+	comm string // the command name, as /proc/PID/comm shows it
 	// exiting: the process is in do_exit (PF_EXITING in the flags, field
 	// 9) or already a zombie.
 	exiting bool
@@ -539,9 +537,6 @@ func parseStat(stat []byte) procStat {
 	if len(f) >= 7 {
 		flags, err := strconv.ParseUint(f[6], 10, 64)
 		st.exiting = f[0] == "Z" || f[0] == "X" || err == nil && flags&pfExiting != 0
-	}
-	if len(f) >= 20 {
-		st.startTime, _ = strconv.ParseUint(f[19], 10, 64)
 	}
 	return st
 }

@@ -93,8 +93,12 @@ func exitMapsOf(t *testing.T, s *Sampler, pid int) ProcEvent {
 	}
 }
 
-func sameMappings(t *testing.T, got, want []proc.Mapping) {
+func sameMappings(t *testing.T, gotVMAs []VMA, want []proc.Mapping) {
 	t.Helper()
+	got := make([]proc.Mapping, len(gotVMAs))
+	for i, v := range gotVMAs {
+		got[i] = proc.Mapping(v)
+	}
 	if len(got) != len(want) {
 		t.Fatalf("captured %d mappings, /proc showed %d:\ngot  %+v\nwant %+v", len(got), len(want), got, want)
 	}

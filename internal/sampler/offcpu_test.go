@@ -4,8 +4,6 @@ import (
 	"os/exec"
 	"testing"
 	"time"
-
-	"github.com/spanprof/spanprof/internal/profile"
 )
 
 // TestOffCPUPipeWait blocks a child shell in read(2) on a pipe for a known
@@ -47,7 +45,7 @@ func TestOffCPUPipeWait(t *testing.T) {
 	var found bool
 	var offCPU int
 	for _, r := range drain(s) {
-		if r.Kind != profile.OffCPU {
+		if r.Kind != OffCPU {
 			continue
 		}
 		offCPU++

@@ -52,7 +52,7 @@ func TestStreamOrderAroundExec(t *testing.T) {
 			}
 			tr := proc.NewTracker("/proc", nil)
 			defer tr.Close()
-			s := startSampler(t, Options{Frequency: 999, Exec: tr})
+			s := startSampler(t, Options{Frequency: 999, Exec: trackerExec{tr}})
 			var events []Event
 			done := make(chan struct{})
 			go func() {
@@ -133,7 +133,7 @@ func checkRead(t *testing.T, tr *proc.Tracker, e *ProcEvent) {
 		t.Errorf("pid %d: exec event without the reader's read", e.PID)
 		return
 	}
-	tr.ApplyExec(e.PID, e.Time, e.Read)
+	tr.ApplyExec(e.PID, e.Time, e.Read.(*proc.ExecRead))
 	p := tr.Get(e.PID)
 	if exe, _ := filepath.EvalSymlinks(p.Exe); filepath.Base(exe) != "bash" || len(p.Mappings) == 0 {
 		t.Errorf("pid %d after its exec: exe %q with %d mappings, want bash's", e.PID, p.Exe, len(p.Mappings))

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/clock"
-	"github.com/spanprof/spanprof/internal/proc"
 )
 
 var (
@@ -33,7 +33,7 @@ func (d *decoder) procMaps(raw []byte) (*ProcEvent, error) {
 		return nil, fmt.Errorf("decode proc maps: %d bytes of entries in a record holding %d", h.Len, len(data))
 	}
 	pe := &ProcEvent{PID: h.Pid, Exit: true, Time: d.conv.Time(clock.KTime(h.KtimeNs)),
-		Maps: make([]proc.Mapping, 0, h.Nr), MapsDropped: int(h.Dropped)}
+		Maps: make([]VMA, 0, h.Nr), MapsDropped: int(h.Dropped)}
 	pos := 0
 	prev := ""
 	for i := 0; i < int(h.Nr); i++ {
@@ -47,7 +47,7 @@ func (d *decoder) procMaps(raw []byte) (*ProcEvent, error) {
 		if end > len(data) || v.End <= v.Start {
 			return nil, fmt.Errorf("decode proc maps: entry %d malformed", i)
 		}
-		m := proc.Mapping{Start: v.Start, End: v.End, Offset: v.Offset, Inode: v.Ino, Dev: proc.KernelDev(v.Dev)}
+		m := VMA{Start: v.Start, End: v.End, Offset: v.Offset, Inode: v.Ino, Dev: KernelDev(v.Dev)}
 		switch flags := bpf.ExitMapsProcVmaFlag(v.Flags); {
 		case flags&bpf.ExitMapsProcVmaFlagPROC_VMA_VDSO != 0:
 			m.Path, m.Inode, m.Dev = "[vdso]", 0, "00:00"
@@ -67,7 +67,7 @@ func (d *decoder) procMaps(raw []byte) (*ProcEvent, error) {
 		pe.Maps = append(pe.Maps, m)
 		pos = (end + 7) &^ 7
 	}
-	proc.SortMappings(pe.Maps)
+	slices.SortFunc(pe.Maps, func(a, b VMA) int { return cmp.Compare(a.Start, b.Start) })
 	return pe, nil
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/clock"
-	"github.com/spanprof/spanprof/internal/proc"
 )
 
 // mapsRecord builds a proc_maps record as the program sends it: the
@@ -58,7 +57,7 @@ func TestDecodeProcMaps(t *testing.T) {
 	if pe.PID != 42 || !pe.Exit || pe.MapsDropped != 2 || pe.Exe != "/bin/demo" {
 		t.Errorf("event %+v", pe)
 	}
-	want := []proc.Mapping{
+	want := []VMA{
 		{Start: 0x55000000, End: 0x55001000, Offset: 0x1000, Inode: 7, Dev: "fe:01", Path: "/bin/demo"},
 		{Start: 0x55002000, End: 0x55003000, Offset: 0x3000, Inode: 7, Dev: "fe:01", Path: "/bin/demo"},
 		{Start: 0x7f0000100000, End: 0x7f0000101000, Inode: 9, Dev: "08:02", Path: "deep/libpart.so"},

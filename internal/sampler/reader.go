@@ -32,6 +32,7 @@ func (s *Sampler) Run() {
 		// records the programs wrote.
 		last := s.detached.Load()
 		if !s.drain(&rec) || last {
+			s.releaseHeld()
 			return
 		}
 		s.ring.wait(pollInterval, s.ready)
@@ -48,39 +49,136 @@ func (s *Sampler) ready() bool {
 	return s.readerClosed || s.reader.AvailableBytes() > 0
 }
 
-// drain decodes and queues what the ring holds now. It returns false once
-// the reader is closed.
+// maxBatch bounds one read of the ring, and so the memory it holds and the
+// delay before its first record is handed on; the ring is read again at
+// once after a full one.
+const maxBatch = 4096
+
+// drain decodes what the ring holds now, then queues it in ring order. It
+// returns false once the reader is closed.
+//
+// The whole read is decoded before any of it is handed on, so that an
+// exec's process is read from /proc only when nothing later of the pid (an
+// exec, an exit) was in the ring: such a read would show what came after.
+// Where the kernel captures mappings at exit, execs do not wake the reader
+// (bpf/sampler.bpf.c exec_wakeup), so a short-lived process is usually gone
+// by the next poll and costs no /proc read at all.
 func (s *Sampler) drain(rec *ringbuf.Record) bool {
 	s.reader.SetDeadline(past)
 	for {
+		n, open := s.drainBatch(rec)
+		if !open || n < maxBatch {
+			return open
+		}
+	}
+}
+
+// drainBatch decodes up to maxBatch records and queues them. It returns
+// how many it read, and false once the reader is closed.
+func (s *Sampler) drainBatch(rec *ringbuf.Record) (int, bool) {
+	open := true
+	batch := s.batch[:0]
+read:
+	for len(batch) < maxBatch {
 		if err := s.reader.ReadInto(rec); err != nil {
 			switch {
 			case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
-				return true // the ring is empty
+				// the ring is empty
 			case errors.Is(err, ringbuf.ErrClosed):
-				return false
+				open = false
+			default:
+				s.log.Warn("read ring buffer", "error", err)
 			}
-			s.log.Warn("read ring buffer", "error", err)
-			return true
+			break read
 		}
 		r, pe, err := s.dec.decode(rec.RawSample)
 		if err != nil {
 			s.decodeDrops.Add(1)
 			continue
 		}
-		s.queue(r, pe)
+		if pe != nil {
+			s.lastProc[pe.PID] = len(batch)
+		}
+		batch = append(batch, Event{Sample: r, Proc: pe})
+	}
+	for i := range batch {
+		ev := &batch[i]
+		s.order(ev.Sample, ev.Proc, ev.Proc != nil && s.lastProc[ev.Proc.PID] > i)
+		*ev = Event{}
+	}
+	clear(s.lastProc)
+	s.batch = batch[:0]
+	return len(batch), open
+}
+
+// order hands one decoded record on, in ring order but for one case: a
+// sample taken inside an exec in the new image (its registers set by
+// start_thread) before the exec tracepoint comes before the exec event in
+// the ring, yet ran in the image that event tells of. It is held until the
+// event of the same exec (the same mm) and handed on right after it, so the
+// consumer resolves it against that image. A held sample whose exec event
+// never comes (lost, counted as lost_proc_events) goes before the pid's
+// next event, or at the end.
+func (s *Sampler) order(r *Record, pe *ProcEvent, superseded bool) {
+	switch {
+	case r != nil:
+		if r.newImage && s.execMM[r.PID] != r.execMM {
+			s.held[r.PID] = append(s.held[r.PID], r)
+			return
+		}
+		s.queue(r, nil, false)
+	case !pe.Exit && !pe.Fork: // an exec
+		held := s.held[pe.PID]
+		delete(s.held, pe.PID)
+		for _, h := range held {
+			if h.execMM != pe.execMM {
+				s.queue(h, nil, false)
+			}
+		}
+		s.queue(nil, pe, superseded)
+		s.execMM[pe.PID] = pe.execMM
+		for _, h := range held {
+			if h.execMM == pe.execMM {
+				s.queue(h, nil, false)
+			}
+		}
+	default: // an exit, its capture, or a fork: another process next
+		for _, h := range s.held[pe.PID] {
+			s.queue(h, nil, false)
+		}
+		delete(s.held, pe.PID)
+		if pe.Fork || pe.Exit && pe.Maps == nil {
+			delete(s.execMM, pe.PID)
+		}
+		s.queue(nil, pe, superseded)
+	}
+}
+
+// releaseHeld hands on the samples still held for an exec event at the
+// end of the stream.
+func (s *Sampler) releaseHeld() {
+	for pid, held := range s.held {
+		for _, h := range held {
+			s.queue(h, nil, false)
+		}
+		delete(s.held, pid)
 	}
 }
 
 // queue hands one decoded record on, in ring order. An exec's process is
-// read first, while it may still live. A full queue drops and counts the
-// record: a sample as lost_queue_full, a process event as
+// read first, while it may still live, unless superseded: a later event of
+// the pid is queued behind it. A full queue drops and counts the record: a
+// sample as lost_queue_full, a process event as
 // lost_proc_events_queue_full, its read released.
-func (s *Sampler) queue(r *Record, pe *ProcEvent) {
+func (s *Sampler) queue(r *Record, pe *ProcEvent, superseded bool) {
 	ev := Event{Sample: r}
 	if pe != nil {
-		if !pe.Exit && s.exec != nil {
-			pe.Read = s.exec.ReadExec(pe.PID, pe.Time, pe.Image)
+		if !pe.Exit && !pe.Fork && s.exec != nil {
+			if superseded {
+				pe.Read = s.exec.PlaceExec(pe.PID, pe.Time, pe.Image)
+			} else {
+				pe.Read = s.exec.ReadExec(pe.PID, pe.Time, pe.Image)
+			}
 		}
 		ev = Event{Proc: pe}
 	}
@@ -93,7 +191,7 @@ func (s *Sampler) queue(r *Record, pe *ProcEvent) {
 		}
 		s.procDrops.Add(1)
 		if pe.Read != nil {
-			s.exec.Discard(pe.Read)
+			pe.Read.Discard()
 		}
 	}
 }

@@ -8,14 +8,66 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/clock"
-	"github.com/spanprof/spanprof/internal/proc"
-	"github.com/spanprof/spanprof/internal/profile"
 )
+
+// Kind tells an on-CPU tick from an off-CPU interval (enum sample_kind).
+type Kind uint8
+
+const (
+	// OnCPU: a CPU-clock tick; Value is 1.
+	OnCPU Kind = Kind(bpf.SamplerSampleKindSAMPLE_ON_CPU)
+	// OffCPU: a blocked interval; Value is nanoseconds blocked.
+	OffCPU Kind = Kind(bpf.SamplerSampleKindSAMPLE_OFF_CPU)
+)
+
+// Link is the W3C trace context the kernel read for a sample; zero when
+// the thread was in no span.
+type Link struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+}
+
+// ExecImage is where an exec's new image lies, as the kernel saw it at
+// the exec: enough to lay out the executable's and its interpreter's code
+// from their ELF headers when the process is gone before /proc/PID/maps
+// can be read (a process living a millisecond).
+type ExecImage struct {
+	// Path is the file executed as the process saw it (for a script, its
+	// interpreter); Dev and Inode name that file.
+	Path  string
+	Dev   string // "major:minor" in hex, as /proc/PID/maps shows it
+	Inode uint64
+	// Entry is the auxiliary vector's AT_ENTRY: the executable's load
+	// bias plus its ELF entry point. InterpBase is AT_BASE: the dynamic
+	// loader's load bias, 0 for a static executable.
+	Entry, InterpBase uint64
+	// InterpDev and InterpInode name the file mapped at InterpBase; the
+	// loader is placed only when they are known (the same path can name
+	// another file in the agent's mount namespace).
+	InterpDev   string
+	InterpInode uint64
+}
+
+// VMA is one executable mapping the kernel captured at an exit, as
+// /proc/PID/maps would show it: the fields of proc.Mapping, in its order.
+type VMA struct {
+	Start, End, Offset uint64
+	Dev                string
+	Inode              uint64
+	// Path is the file as the process saw it ("[vdso]" for the vDSO).
+	Path string
+}
+
+// KernelDev formats a kernel dev_t (major << 20 | minor) the way
+// /proc/PID/maps does.
+func KernelDev(dev uint32) string {
+	return fmt.Sprintf("%02x:%02x", dev>>20, dev&(1<<20-1))
+}
 
 // Record is one decoded kernel sample, with its time already converted to
 // CLOCK_REALTIME. Slices are owned by the record.
 type Record struct {
-	Kind      profile.Kind
+	Kind      Kind
 	PID, TID  uint32
 	CPU       uint32
 	Comm      string
@@ -24,7 +76,7 @@ type Record struct {
 	Value     int64
 	State     byte
 	CtxSource bpf.SamplerCtxSource
-	Link      profile.Link
+	Link      Link
 
 	UserIP, UserSP, UserBP uint64
 	// UserLR is the link register (x30) on arm64, where a leaf keeps its
@@ -45,6 +97,11 @@ type Record struct {
 	// ParentPID is then the parent's pid, 0 otherwise.
 	PreExec   bool
 	ParentPID uint32
+	// newImage: taken inside an exec in the new image (its registers
+	// set), maybe before the exec event, which names the same execMM; the
+	// reader hands it on after that event (Sampler.order).
+	newImage bool
+	execMM   uint32
 	// CtxAttrs are the raw attributes of the thread-context record
 	// (CtxSource CTX_THREAD), {key u8, len u8, value[len]}..., as the
 	// kernel copied them; tracectx.ParseAttrs decodes them.
@@ -55,14 +112,21 @@ type Record struct {
 type ProcEvent struct {
 	PID  uint32
 	Exit bool
-	Time time.Time
+	// Fork: PID is a new process, forked by Parent; its image is its
+	// parent's until it execs.
+	Fork   bool
+	Parent uint32
+	Time   time.Time
+	// execMM names an exec's new mm (low 32 bits of its address), as its
+	// samples taken inside the exec do.
+	execMM uint32
 	// Image is where an exec's new image lies, nil for an exit.
-	Image *proc.Image
+	Image *ExecImage
 	// Maps, for an exit, are the executable mappings the kernel captured
 	// as the process exited (bpf/exitmaps.bpf.c), sorted by start; such an
 	// exit comes as an event of its own, besides the plain one. Nil
 	// otherwise.
-	Maps []proc.Mapping
+	Maps []VMA
 	// MapsDropped counts executable mappings the capture left out.
 	MapsDropped int
 	// Exe is the path of the executable among Maps, "" when unknown.
@@ -70,7 +134,7 @@ type ProcEvent struct {
 	// Read is an exec's process as the reader read it from /proc while
 	// decoding the event (Options.Exec), for the consumer to apply; nil
 	// for an exit or without Options.Exec.
-	Read *proc.ExecRead
+	Read ExecRead
 }
 
 // Event is one record of the ring, decoded: exactly one of Sample and Proc
@@ -81,12 +145,21 @@ type Event struct {
 	Proc   *ProcEvent
 }
 
-// ExecReader reads an exec'd process while it may still live
-// (*proc.Tracker): the reader calls ReadExec as it decodes the exec, and
-// Discard for a read whose event it dropped.
+// ExecReader reads an exec'd process while it may still live (the
+// process tracker, proc.Tracker.ExecReader): the reader calls ReadExec as
+// it hands the exec on, and PlaceExec instead when a later exec, exit or
+// fork of the pid came in the same read of the ring (the process's /proc
+// shows what came after). What it returns rides in ProcEvent.Read to the
+// consumer, which applies it.
 type ExecReader interface {
-	ReadExec(pid uint32, at time.Time, img *proc.Image) *proc.ExecRead
-	Discard(r *proc.ExecRead)
+	ReadExec(pid uint32, at time.Time, img *ExecImage) ExecRead
+	PlaceExec(pid uint32, at time.Time, img *ExecImage) ExecRead
+}
+
+// ExecRead is a read of an exec'd process, opaque to the sampler: Discard
+// releases one whose event is dropped.
+type ExecRead interface {
+	Discard()
 }
 
 // recordTagged marks the first word of the records that are neither
@@ -169,7 +242,7 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 		return nil, nil, fmt.Errorf("decode record: %d+%d frames and %d bytes of attributes in a record holding %d words", nu, nk, na, used)
 	}
 	r := &Record{
-		Kind:      profile.Kind(s.Kind),
+		Kind:      Kind(s.Kind),
 		PID:       s.Pid,
 		TID:       s.Tid,
 		CPU:       s.Cpu,
@@ -184,6 +257,8 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 		UserLR:    s.UserLr,
 		PreExec:   s.Flags&uint8(bpf.SamplerSampleFlagSAMPLE_PRE_EXEC) != 0,
 		ParentPID: s.ParentPid,
+		newImage:  s.Flags&uint8(bpf.SamplerSampleFlagSAMPLE_NEW_IMAGE) != 0,
+		execMM:    s.ExecMm,
 	}
 	r.Time = d.conv.Time(r.KTime)
 	if r.CtxSource != bpf.SamplerCtxSourceCTX_NONE {
@@ -245,15 +320,20 @@ func (d *decoder) procEvent(raw []byte) *ProcEvent {
 	var e bpf.SamplerProcLifecycle
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&e)), procSize), raw)
 	pe := &ProcEvent{PID: e.Pid, Exit: e.Kind == uint32(bpf.SamplerProcEventKindPROC_EXIT), Time: d.conv.Time(clock.KTime(e.KtimeNs))}
+	if e.Kind == uint32(bpf.SamplerProcEventKindPROC_FORK) {
+		pe.Fork, pe.Parent = true, e.Parent
+		return pe
+	}
 	if pe.Exit {
 		return pe
 	}
-	img := &proc.Image{Entry: e.Entry, InterpBase: e.InterpBase, Inode: e.ExeIno, Dev: proc.KernelDev(e.ExeDev),
-		InterpInode: e.InterpIno, InterpDev: proc.KernelDev(e.InterpDev)}
+	img := &ExecImage{Entry: e.Entry, InterpBase: e.InterpBase, Inode: e.ExeIno, Dev: KernelDev(e.ExeDev),
+		InterpInode: e.InterpIno, InterpDev: KernelDev(e.InterpDev)}
 	if n := int(e.PathLen); n > 1 && n <= len(e.Path) {
 		b := unsafe.Slice((*byte)(unsafe.Pointer(&e.Path[0])), n-1)
 		img.Path = string(b)
 	}
 	pe.Image = img
+	pe.execMM = e.ExecMm
 	return pe
 }

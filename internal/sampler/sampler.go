@@ -104,6 +104,14 @@ type Sampler struct {
 	// is set under it.
 	readerMu     sync.Mutex
 	readerClosed bool
+	// batch is one read of the ring, decoded (drain), and lastProc the
+	// index in it of each pid's last process event.
+	batch    []Event
+	lastProc map[uint32]int
+	// held are samples of an exec's new image waiting for its event, by
+	// pid, and execMM the mm of each pid's last exec handed on (order).
+	held   map[uint32][]*Record
+	execMM map[uint32]uint32
 }
 
 // New loads and attaches the programs. It returns user-facing errors for
@@ -181,6 +189,10 @@ func New(opts Options) (*Sampler, error) {
 		exec:   opts.Exec,
 		events: make(chan Event, opts.Queue),
 
+		lastProc: map[uint32]int{},
+		held:     map[uint32][]*Record{},
+		execMM:   map[uint32]uint32{},
+
 		filterPIDs: len(opts.PIDs) > 0,
 	}
 	err = spec.LoadAndAssign(&s.objs, collOpts)
@@ -210,6 +222,9 @@ func New(opts Options) (*Sampler, error) {
 	}
 	if err := s.loadExitMaps(); err != nil {
 		opts.Logger.Warn("libraries and vDSO of processes gone before /proc could be read stay unplaced: their mappings are not captured at exit", "reason", err)
+	} else if err := s.objs.ExecWakeup.Set(uint8(0)); err != nil {
+		// Not fatal: each exec keeps waking the reader.
+		opts.Logger.Warn("execs keep waking the ring reader", "error", err)
 	}
 	s.freq = opts.Frequency
 	s.offCPU = opts.OffCPU.Enabled
@@ -233,6 +248,11 @@ func (s *Sampler) attachTracepoints() error {
 		return fmt.Errorf("attach tp_btf/sched_process_exit: %w", err)
 	}
 	s.links = append(s.links, exit)
+	fork, err := link.AttachTracing(link.TracingOptions{Program: s.objs.OnFork})
+	if err != nil {
+		return fmt.Errorf("attach tp_btf/sched_process_fork: %w", err)
+	}
+	s.links = append(s.links, fork)
 	return nil
 }
 
