@@ -65,7 +65,7 @@ func registerJIT(reg prometheus.Registerer, j *jit.Maps) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v(j.Cache.Stats())) })
 	}
-	const reqHelp = "Requests to JVMs to write their perf map (HotSpot attach, Compiler.perfmap), by result: ok, or failed (no attach listener, timeout, a JVM without the command)."
+	const reqHelp = "Requests to JVMs to write their perf map (HotSpot attach, Compiler.perfmap), by result: ok, failed (no attach listener, timeout, a JVM without the command), or exited (the JVM was gone when asked)."
 	req := func(result string, v func(jvm.PerfMapStats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_requests_total", Help: reqHelp,
 			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(v(j.Stats())) })
@@ -73,6 +73,7 @@ func registerJIT(reg prometheus.Registerer, j *jit.Maps) {
 	reg.MustRegister(
 		req("ok", func(st jvm.PerfMapStats) uint64 { return st.Attaches }),
 		req("failed", func(st jvm.PerfMapStats) uint64 { return st.Failures }),
+		req("exited", func(st jvm.PerfMapStats) uint64 { return st.Exited }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_jvm_perfmap_rate_limited_total",
 			Help: "Scheduled requests to JVMs not made because the JVM was asked less than 5s before."},
 			func() float64 { return float64(j.Stats().Skipped) }),

@@ -50,7 +50,10 @@ func New(askJVMs bool, log *slog.Logger) *Maps {
 	if askJVMs {
 		// The cache reads each version a JVM writes before the next one
 		// replaces it, and an address in no entry asks the JVM again.
-		m.JVMs = jvm.NewPerfMapper(jvm.PerfMapOptions{MinInterval: RefreshEvery, Logger: log,
+		// The pipeline tells of execs, forks (NewImage) and exits, so
+		// the mapper need not read every sampled process's start time at
+		// each refresh to notice a reused or gone pid.
+		m.JVMs = jvm.NewPerfMapper(jvm.PerfMapOptions{MinInterval: RefreshEvery, Logger: log, Told: true,
 			Written: func(pid uint32) { m.Cache.Load(pid) }})
 		opts.Miss = m.miss
 	}
@@ -139,10 +142,22 @@ func (m *Maps) Final() {
 	}
 }
 
+// NewImage notes that pid runs another image than before: it exec'd, or a
+// new process took the pid. Whether it is a JVM is found out again at its
+// next request: a shell that execs java is one from then on.
+func (m *Maps) NewImage(pid uint32) {
+	if m.JVMs != nil {
+		m.JVMs.Forget(pid)
+	}
+}
+
 // Exited notes that pid exited: its names keep answering until
 // ForgetExited, called once its samples were symbolized.
 func (m *Maps) Exited(pid uint32) {
 	m.Cache.Exited(pid)
+	if m.JVMs != nil {
+		m.JVMs.Forget(pid) // nothing left to ask; its map stays read
+	}
 	m.mu.Lock()
 	m.exited[pid] = true
 	m.mu.Unlock()

@@ -25,7 +25,13 @@ type PerfMapOptions struct {
 	// Written is called after a JVM wrote its map, so the reader takes
 	// this version of the file before the next one replaces it.
 	Written func(pid uint32)
-	Logger  *slog.Logger
+	// Told: the caller tells of every exec, exit and new process among
+	// the pids it refreshes (Forget), as an ordered event stream does. The
+	// mapper then keeps what it learnt of a pid until told, instead of
+	// reading the process's start time at every request to notice a reused
+	// or gone pid.
+	Told   bool
+	Logger *slog.Logger
 }
 
 // PerfMapStats counts the requests made.
@@ -33,6 +39,7 @@ type PerfMapStats struct {
 	Attaches uint64        // Compiler.perfmap commands that succeeded
 	Failures uint64        // attaches or commands that failed
 	Skipped  uint64        // requests refused by MinInterval
+	Exited   uint64        // requests that found the JVM gone: not failures
 	Time     time.Duration // spent in attaches and commands, all told
 	Max      time.Duration // the longest one
 }
@@ -50,8 +57,8 @@ type PerfMapper struct {
 	mu   sync.Mutex
 	jvms map[uint32]*jvmState
 
-	attaches, failures, skipped atomic.Uint64
-	spent, longest              atomic.Int64
+	attaches, failures, skipped, exited atomic.Uint64
+	spent, longest                      atomic.Int64
 }
 
 type jvmState struct {
@@ -82,12 +89,12 @@ func NewPerfMapper(opts PerfMapOptions) *PerfMapper {
 
 // Stats returns the counts so far.
 func (m *PerfMapper) Stats() PerfMapStats {
-	return PerfMapStats{Attaches: m.attaches.Load(), Failures: m.failures.Load(), Skipped: m.skipped.Load(),
+	return PerfMapStats{Attaches: m.attaches.Load(), Failures: m.failures.Load(), Skipped: m.skipped.Load(), Exited: m.exited.Load(),
 		Time: time.Duration(m.spent.Load()), Max: time.Duration(m.longest.Load())}
 }
 
 // IsJVM reports whether pid maps libjvm.so; the answer is kept until
-// the pid is reused.
+// the pid is reused, or until Forget with Told.
 func (m *PerfMapper) IsJVM(pid uint32) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -95,8 +102,15 @@ func (m *PerfMapper) IsJVM(pid uint32) bool {
 }
 
 func (m *PerfMapper) state(pid uint32) *jvmState {
-	start := m.startTime(pid)
 	s := m.jvms[pid]
+	if m.opts.Told {
+		if s == nil {
+			s = &jvmState{isJVM: m.mapsLibjvm(pid)}
+			m.jvms[pid] = s
+		}
+		return s
+	}
+	start := m.startTime(pid)
 	if s == nil || s.start != start {
 		s = &jvmState{start: start, isJVM: start != "" && m.mapsLibjvm(pid)}
 		m.jvms[pid] = s
@@ -145,6 +159,14 @@ func (m *PerfMapper) refresh(pid uint32, force bool) bool {
 		s.refused = true
 	}
 	m.mu.Unlock()
+	if err != nil && m.gone(pid) {
+		// It exited before the request (its exit not yet told): nothing
+		// failed, and there is nothing left to ask.
+		m.exited.Add(1)
+		m.log.Debug("ask jvm for its perf map: it exited", "pid", pid, "error", err)
+		m.Forget(pid)
+		return false
+	}
 	if err != nil {
 		m.failures.Add(1)
 		m.log.Warn("ask jvm for its perf map", "pid", pid, "error", err)
@@ -212,6 +234,12 @@ func (m *PerfMapper) Forget(pid uint32) {
 	m.mu.Lock()
 	delete(m.jvms, pid)
 	m.mu.Unlock()
+}
+
+// gone reports whether pid has no process any more.
+func (m *PerfMapper) gone(pid uint32) bool {
+	_, err := os.Stat(filepath.Join(m.opts.ProcRoot, strconv.FormatUint(uint64(pid), 10)))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 func (m *PerfMapper) startTime(pid uint32) string {

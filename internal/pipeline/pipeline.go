@@ -289,11 +289,12 @@ func (p *Pipeline) Add(r *sampler.Record) {
 }
 
 // ProcEvent hands an exec or exit to the watcher, the JIT perf maps and
-// the collector, and a fork to the collector: the new process is the
-// watcher's and the perf maps' at its first sample, as any process they
-// have not seen.
+// the collector, and a fork to the perf maps (the pid runs another image)
+// and the collector: the watcher takes a new process at its first sample,
+// as any process it has not seen.
 func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
 	if e.Fork {
+		p.Symbols.JIT.NewImage(e.PID)
 		p.Collector.ProcEvent(e)
 		return
 	}
@@ -308,6 +309,9 @@ func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
 			p.Correlator.Exec(e.PID)
 			p.Correlator.Seen(e.PID, 0)
 		}
+	}
+	if !e.Exit {
+		p.Symbols.JIT.NewImage(e.PID)
 	}
 	p.Collector.ProcEvent(e)
 }
