@@ -291,7 +291,10 @@ struct user_ctx {
  * they point into the old image (the parent's, for a vfork or posix_spawn
  * child), although the mm and the name may be the new ones already. User
  * space symbolizes such a sample against the image before the exec, which
- * for a vfork child is its parent's: hence the parent's tgid. */
+ * for a vfork child is its parent's: hence the parent's tgid. Once
+ * start_thread has set them, the sample is the new image's and is flagged
+ * so (SAMPLE_NEW_IMAGE) with the new mm, which the exec event names too:
+ * user space hands it on after that event. */
 static __always_inline void mark_pre_exec(struct stack_sample *s, struct task_struct *task,
 					  struct mm_struct *mm)
 {

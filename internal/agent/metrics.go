@@ -314,6 +314,8 @@ func registerCorrelatorStats(reg prometheus.Registerer, stats func() correlate.S
 			func(s correlate.Stats) uint64 { return s.ScanErrors }),
 		counter("spanprof_tracectx_hooks_attached_total", "spanprof_set_trace_context uprobes attached.",
 			func(s correlate.Stats) uint64 { return s.HooksAttached }),
+		counter("spanprof_tracectx_rescans_unchanged_total", "Rescans (among the inspections) that stopped at the maps, which read as at an inspection that found no source.",
+			func(s correlate.Stats) uint64 { return s.Unchanged }),
 	)
 }
 

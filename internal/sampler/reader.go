@@ -59,7 +59,8 @@ const maxBatch = 4096
 //
 // The whole read is decoded before any of it is handed on, so that an
 // exec's process is read from /proc only when nothing later of the pid (an
-// exec, an exit) was in the ring: such a read would show what came after.
+// exec, an exit, a fork) was in the ring: such a read would show what came
+// after.
 // Where the kernel captures mappings at exit, execs do not wake the reader
 // (bpf/sampler.bpf.c exec_wakeup), so a short-lived process is usually gone
 // by the next poll and costs no /proc read at all.
