@@ -16,11 +16,11 @@ func reportJIT(j *jit.Maps, log *slog.Logger, stderr io.Writer) {
 	log.Debug("perf maps", "reads", st.Reads, "named", st.Hits, "bad_lines", st.BadLines,
 		"truncated", st.Truncated, "kept_from_rewrites", st.Kept, "read_after_exit", st.Exited)
 	js := j.Stats()
-	if js.Attaches+js.Failures == 0 {
+	if js.Attaches+js.Failures+js.Exited == 0 {
 		return
 	}
-	fmt.Fprintf(stderr, "spanprof: asked JVMs for their perf maps (Compiler.perfmap) %d times, %d failed, %d more rate-limited; %.1f ms in all, %.1f ms the longest\n",
-		js.Attaches+js.Failures, js.Failures, js.Skipped, ms(js.Time), ms(js.Max))
+	fmt.Fprintf(stderr, "spanprof: asked JVMs for their perf maps (Compiler.perfmap) %d times, %d failed, %d found the JVM gone, %d more rate-limited; %.1f ms in all, %.1f ms the longest\n",
+		js.Attaches+js.Failures+js.Exited, js.Failures, js.Exited, js.Skipped, ms(js.Time), ms(js.Max))
 }
 
 func ms(d time.Duration) float64 {

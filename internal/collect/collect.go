@@ -273,7 +273,7 @@ func New(opts Options) *Collector {
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
 }
 
-// ProcEvent keeps the process table in step with exec and exit, applied
+// ProcEvent keeps the process table in step with exec, exit and fork, applied
 // in stream order: the samples before the event were added against the
 // table as it was, those after it are added against the table it leaves.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
