@@ -53,14 +53,7 @@ func TestStreamOrderAroundExec(t *testing.T) {
 			tr := proc.NewTracker("/proc", nil)
 			defer tr.Close()
 			s := startSampler(t, Options{Frequency: 999, Exec: trackerExec{tr}})
-			var events []Event
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				for e := range s.Events() {
-					events = append(events, e)
-				}
-			}()
+			stop := recordEvents(s)
 			pids := map[uint32]bool{}
 			for range 3 {
 				cmd := exec.Command(tt.argv[0], tt.argv[1:]...)
@@ -69,8 +62,7 @@ func TestStreamOrderAroundExec(t *testing.T) {
 				}
 				pids[uint32(cmd.Process.Pid)] = true
 			}
-			s.Stop()
-			<-done
+			events := stop()
 
 			// The index of each pid's exec of bash; the exec of the
 			// spawned command before it starts the old image.

@@ -120,21 +120,12 @@ func TestShortLivedExecsWaitForThePoll(t *testing.T) {
 // forked by this test, and a subshell bash forks and that never execs.
 func TestForkEvents(t *testing.T) {
 	requireRoot(t)
-	s := startSampler(t, Options{Frequency: 999})
-	var events []Event
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range s.Events() {
-			events = append(events, e)
-		}
-	}()
+	stop := recordEvents(startSampler(t, Options{Frequency: 999}))
 	cmd := exec.Command("/usr/bin/bash", "-c", `( for ((i=0;i<100000;i++)); do :; done ); :`)
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	s.Stop()
-	<-done
+	events := stop()
 
 	bash := uint32(cmd.Process.Pid)
 	forked := map[uint32]int{} // pid -> index of its fork event

@@ -41,6 +41,24 @@ func startSampler(t *testing.T, opts Options) *Sampler {
 	return s
 }
 
+// recordEvents takes every event of s from now on; the function it
+// returns stops s and returns them, in stream order.
+func recordEvents(s *Sampler) (stop func() []Event) {
+	var events []Event
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range s.Events() {
+			events = append(events, e)
+		}
+	}()
+	return func() []Event {
+		s.Stop()
+		<-done
+		return events
+	}
+}
+
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
