@@ -15,11 +15,7 @@ import (
 func TestBeforeExec(t *testing.T) {
 	tmp := t.TempDir()
 	old, exe, parent := filepath.Join(tmp, "old"), filepath.Join(tmp, "new"), filepath.Join(tmp, "parent")
-	for _, f := range []string{old, exe, parent} {
-		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeELFStubs(t, old, exe, parent)
 	root := filepath.Join(tmp, "proc")
 	fakeProc(t, root, 7, old)
 	fakeProc(t, root, 8, parent)
@@ -69,9 +65,7 @@ func TestBeforeExec(t *testing.T) {
 	// A parent read before its loader mapped libc is read again for an
 	// address it lacks (at most once per parentRefreshAge).
 	lib := filepath.Join(tmp, "libc.so")
-	if err := os.WriteFile(lib, []byte("\x7fELF"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeELFStubs(t, lib)
 	fakeProc(t, root, 8, parent, lib)
 	libAddr := uint64(0x400000 + 0x10000) // fakeProc's place for the second file
 	time.Sleep(parentRefreshAge)
@@ -112,11 +106,7 @@ func TestBeforeExec(t *testing.T) {
 func TestBeforeExecOfAFork(t *testing.T) {
 	tmp := t.TempDir()
 	parent, lib := filepath.Join(tmp, "parent"), filepath.Join(tmp, "libc.so")
-	for _, f := range []string{parent, lib} {
-		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeELFStubs(t, parent, lib)
 	root := filepath.Join(tmp, "proc")
 	fakeProc(t, root, 8, parent)
 	tr := NewTracker(root, nil)

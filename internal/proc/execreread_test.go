@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,11 +13,7 @@ import (
 func TestRereadAfterExec(t *testing.T) {
 	tmp := t.TempDir()
 	exe, lib := filepath.Join(tmp, "exe"), filepath.Join(tmp, "libc.so.6")
-	for _, f := range []string{exe, lib} {
-		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeELFStubs(t, exe, lib)
 	root := filepath.Join(tmp, "proc")
 	fakeProc(t, root, 7, exe)
 	tr := NewTracker(root, nil)
@@ -55,9 +50,7 @@ func TestRereadAfterExec(t *testing.T) {
 func TestExecReadWhenReadFirst(t *testing.T) {
 	tmp := t.TempDir()
 	exe := filepath.Join(tmp, "exe")
-	if err := os.WriteFile(exe, []byte("\x7fELF"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeELFStubs(t, exe)
 	root := filepath.Join(tmp, "proc")
 	fakeProc(t, root, 7, exe)
 	tr := NewTracker(root, nil)

@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,11 +14,7 @@ import (
 func TestHoldKeepsReplacedImages(t *testing.T) {
 	tmp := t.TempDir()
 	a, b, lib := filepath.Join(tmp, "a"), filepath.Join(tmp, "b"), filepath.Join(tmp, "lib.so")
-	for _, f := range []string{a, b, lib} {
-		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeELFStubs(t, a, b, lib)
 	root := filepath.Join(tmp, "proc")
 	tr := NewTracker(root, nil)
 	defer tr.Close()

@@ -14,11 +14,7 @@ import (
 func TestRefreshAddsLaterMappings(t *testing.T) {
 	tmp := t.TempDir()
 	exe, lib := filepath.Join(tmp, "exe"), filepath.Join(tmp, "plugin.so")
-	for _, f := range []string{exe, lib} {
-		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeELFStubs(t, exe, lib)
 	root := filepath.Join(tmp, "proc")
 	fakeProc(t, root, 7, exe)
 	tr := NewTracker(root, nil)
@@ -88,9 +84,7 @@ func TestExitingProcessReadAsExited(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	exe := filepath.Join(tmp, "exe")
-	if err := os.WriteFile(exe, []byte("\x7fELF"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	writeELFStubs(t, exe)
 	root := filepath.Join(tmp, "proc")
 	fakeProc(t, root, 9, exe)
 	if err := os.WriteFile(filepath.Join(root, "9", "stat"), []byte("9 (exe) S 1 9 9 0 -1 4194564 0 0 0 0\n"), 0o644); err != nil {

@@ -10,6 +10,17 @@ import (
 	"time"
 )
 
+// writeELFStubs writes each path as a file starting with the ELF magic:
+// enough for the tracker to open and share it.
+func writeELFStubs(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, f := range paths {
+		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // fakeProc writes a /proc/PID directory whose maps name real files under
 // root, so the tracker opens them through the "root" fallback.
 func fakeProc(t *testing.T, procRoot string, pid int, files ...string) {
@@ -44,11 +55,7 @@ func fakeProc(t *testing.T, procRoot string, pid int, files ...string) {
 func TestReliabilityChurnSharesFiles(t *testing.T) {
 	tmp := t.TempDir()
 	exe, lib := filepath.Join(tmp, "exe"), filepath.Join(tmp, "lib.so")
-	for _, f := range []string{exe, lib} {
-		if err := os.WriteFile(f, []byte("\x7fELF"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeELFStubs(t, exe, lib)
 	root := filepath.Join(tmp, "proc")
 	const n = 1000
 	for pid := 1; pid <= n; pid++ {
