@@ -158,17 +158,31 @@ gocorrelation() {
 # would hide it (the host's e2e test judges the sampled mode).
 offcpu() {
 	mkfifo "$W/go-spans"
-	"$R/spans" "$W/truth-offcpu" ${OFFCPU_SECONDS:-6} 2 <"$W/go-spans" >/dev/null &
+	# The shell holds the fifo open, so that the child opens its stdin at
+	# once and execs spans, and the recording starts once spans has said
+	# its pid: it must find spans, not the shell that forked it. Started
+	# on the shell, the recording saw spans only at its exec, and its
+	# first spans, before the trace-context scan of the new image, went
+	# unlinked (100-300 ms of them under emulation).
+	exec 3<>"$W/go-spans"
+	"$R/spans" "$W/truth-offcpu" ${OFFCPU_SECONDS:-6} 2 <&3 >"$W/spans.out" &
 	s=$!
+	if ! wait_line "$W/spans.out" "^pid " $s; then
+		exec 3>&-
+		result offcpu loaded=0
+		return
+	fi
 	"$R/spanprof" record --pid $s --off-cpu --off-cpu-threshold 1ns --duration 120s --output "$W/offcpu.otlp.json" 2>"$W/offcpu.log" &
 	rec=$!
 	if ! wait_line "$W/offcpu.log" "spanprof: recording" $rec; then
 		kill $s 2>/dev/null
+		exec 3>&-
 		recorded offcpu $rec
 		result offcpu loaded=0
 		return
 	fi
-	echo go >"$W/go-spans"
+	echo go >&3
+	exec 3>&-
 	wait $s
 	recorded offcpu $rec
 	result offcpu loaded=1 rc=$?

@@ -14,6 +14,10 @@ type OffCPUSpan struct {
 	Kind        string
 	Blocked     int64
 	Function    string
+	// Preempted counts the thread's involuntary context switches in the
+	// span's blocking calls: time it then waited for a CPU is in Blocked
+	// but is not a wait a profiler of blocked time reports.
+	Preempted int
 }
 
 // ReadOffCPU reads the spans fixture's ground truth, by "trace/span".
@@ -25,12 +29,16 @@ func ReadOffCPU(path string) (map[string]OffCPUSpan, error) {
 	out := map[string]OffCPUSpan{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		p := strings.Fields(line)
-		if len(p) != 8 {
+		if len(p) != 9 {
 			return nil, fmt.Errorf("bad truth line %q", line)
 		}
 		tid, _ := strconv.Atoi(p[0])
 		blocked, _ := strconv.ParseInt(p[6], 10, 64)
-		out[p[1]+"/"+p[2]] = OffCPUSpan{tid, p[1], p[2], p[5], blocked, p[7]}
+		preempted, err := strconv.Atoi(p[8])
+		if err != nil {
+			return nil, fmt.Errorf("bad truth line %q: %w", line, err)
+		}
+		out[p[1]+"/"+p[2]] = OffCPUSpan{tid, p[1], p[2], p[5], blocked, p[7], preempted}
 	}
 	return out, nil
 }
@@ -50,6 +58,11 @@ var WantReasons = map[string][]string{
 type OffCPUKind struct {
 	Truth, Attributed            int64
 	ReasonRight, FunctionOnStack int64
+	// Spans and Preempted count the kind's spans and those whose thread
+	// was preempted in a blocking call; the Unpreempted sums are Truth and
+	// Attributed over the others, whose truth is only the waits.
+	Spans, Preempted                        int
+	TruthUnpreempted, AttributedUnpreempted int64
 }
 
 // OffCPU is the off-CPU time spanprof attributed to the fixture's spans.
@@ -70,7 +83,14 @@ func MeasureOffCPU(truth map[string]OffCPUSpan, samples []Sample) OffCPU {
 		if o.Kinds[s.Kind] == nil {
 			o.Kinds[s.Kind] = &OffCPUKind{}
 		}
-		o.Kinds[s.Kind].Truth += s.Blocked
+		k := o.Kinds[s.Kind]
+		k.Truth += s.Blocked
+		k.Spans++
+		if s.Preempted > 0 {
+			k.Preempted++
+		} else {
+			k.TruthUnpreempted += s.Blocked
+		}
 		o.Truth += s.Blocked
 	}
 	for _, s := range samples {
@@ -92,6 +112,9 @@ func MeasureOffCPU(truth map[string]OffCPUSpan, samples []Sample) OffCPU {
 		}
 		k := o.Kinds[sp.Kind]
 		k.Attributed += v
+		if sp.Preempted == 0 {
+			k.AttributedUnpreempted += v
+		}
 		o.Attributed += v
 		for _, r := range WantReasons[sp.Kind] {
 			if s.Attrs["off_cpu.reason"] == r && ContainsFrame(s.Frames, r) {
