@@ -107,6 +107,16 @@ func (n *nativeUnwinder) unwind(pcs []uint64, fp uint64) ([]uint64, unwind.Resul
 	}
 	got, _ := n.mem.ReadAt(n.buf[:maxNativeRead], int64(sp))
 	window := n.buf[:max(got, 0)]
+	// crosscall2 has two frame records: it pushes the frame pointer
+	// itself (PUSH_REGS_HOST_TO_ABI0), then the assembler's prologue
+	// stores it again at the top of the frame it reserves and points the
+	// frame pointer there. The inner record's return-address slot is the
+	// outer record's saved frame pointer, a stack address: the inner
+	// record's saved frame pointer points right above itself. The walk
+	// goes on from the outer record, whose return address is crosscall2's.
+	if off := fp - sp; fp >= sp && off+8 <= uint64(len(window)) && binary.LittleEndian.Uint64(window[off:]) == fp+8 {
+		fp += 8
+	}
 	chain := []uint64{ip}
 	for f := fp; len(chain) < maxFrames; {
 		off := f - sp
