@@ -273,7 +273,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 
 	alive := time.NewTicker(250 * time.Millisecond)
 	defer alive.Stop()
-	events := p.Source.Events()
+	events, goWaits := p.Source.Events(), p.GoroutineWaits()
 loop:
 	for {
 		select {
@@ -285,6 +285,9 @@ loop:
 			if e.Sample != nil {
 				nrec++
 			}
+		case b := <-goWaits:
+			p.HandleBatch(b, nil)
+			nrec += len(b)
 		case <-timeout:
 			break loop
 		case <-cmdDone:
@@ -315,7 +318,8 @@ loop:
 			cmd.Kill()
 		}
 	}
-	// Take everything the kernel wrote before the programs were detached.
+	// Take everything the kernel wrote before the programs were detached,
+	// and the goroutine-wait sampler's last ticks.
 	if !p.Drain(10*time.Second, nil) {
 		log.Warn("ring buffer not drained after 10s; writing what was read")
 	}
@@ -329,7 +333,7 @@ loop:
 	reportJIT(sym.JIT, log, stderr)
 	sym.report(log)
 	prof.Lost = lostCounts(counters)
-	mergeGoWait(p, prof)
+	goWaitLost(p, prof)
 	sym.reportUnnamed(stderr, profile.CountUnnamed(prof), len(debuginfod.URLsFromEnv()) > 0)
 	if n := totalLost(prof.Lost); n > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)

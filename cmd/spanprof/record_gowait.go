@@ -5,17 +5,15 @@ import (
 	"github.com/spanprof/spanprof/internal/profile"
 )
 
-// mergeGoWait stops the sampling of parked goroutines (with --off-cpu:
-// their waits park goroutines, not threads, so sched_switch never sees
-// them; internal/gowait, docs/go-offcpu.md) and adds its samples to prof,
-// and the goroutines that were waiting but could not be sampled to
-// prof.Lost.
-func mergeGoWait(p *pipeline.Pipeline, prof *profile.Profile) {
+// goWaitLost adds to prof.Lost the goroutines that the sampling of parked
+// goroutines (with --off-cpu: their waits park goroutines, not threads,
+// so sched_switch never sees them; internal/gowait, docs/go-offcpu.md)
+// found waiting but could not sample. Its samples reached the collector
+// with the kernel's (Pipeline.GoroutineWaits).
+func goWaitLost(p *pipeline.Pipeline, prof *profile.Profile) {
 	if p.GoWait == nil {
 		return
 	}
-	p.StopGoWait()
-	p.GoWait.Merge(prof)
 	st := p.GoWait.Stats()
 	if prof.Lost == nil {
 		prof.Lost = map[string]uint64{}
@@ -25,6 +23,7 @@ func mergeGoWait(p *pipeline.Pipeline, prof *profile.Profile) {
 		"go_wait_changed":      st.DroppedChanged,
 		"go_wait_unreadable":   st.DroppedUnreadable,
 		"go_wait_labels":       st.DroppedLabels,
+		"go_wait_backlog":      st.DroppedBacklog,
 		"go_wait_uncovered_ns": st.UncoveredNs,
 	} {
 		if v > 0 {

@@ -32,9 +32,6 @@ type Options struct {
 	// Registry receives the self-metrics; nil keeps them unregistered and
 	// serves no /metrics.
 	Registry *prometheus.Registry
-	// GoWait, when set, replaces the pipeline's goroutine-wait sampler as
-	// what adds the goroutine waits sampled since the last report.
-	GoWait interface{ Merge(*profile.Profile) }
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -50,7 +47,6 @@ type Agent struct {
 	tracker   *proc.Tracker
 	collector *collect.Collector
 	corr      pipeline.Correlator
-	goWait    interface{ Merge(*profile.Profile) }
 	jit       *jit.Maps
 	sym       *symbolize.Symbolizer
 	exporters []*Exporter
@@ -123,11 +119,6 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 		hostName:      host,
 		now:           opts.Now,
 		match:         map[uint32]bool{},
-	}
-	if opts.GoWait != nil {
-		a.goWait = opts.GoWait
-	} else if p.GoWait != nil {
-		a.goWait = p.GoWait
 	}
 	if p.Symbols.Mode == symbolize.ModeFull && p.Symbols.Debuginfod == nil {
 		log.Warn("symbolization mode full without debuginfod URLs: local debug files only")
@@ -257,7 +248,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	stopJIT := a.jit.Start()
 	defer stopJIT()
-	events := a.src.Events()
+	events, goWaits := a.src.Events(), a.p.GoroutineWaits()
 	for ctx.Err() == nil {
 		select {
 		case e, ok := <-events:
@@ -266,8 +257,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				continue
 			}
 			a.handle(e)
+		case b := <-goWaits:
+			a.p.HandleBatch(b, a.handle)
 		case <-ticker.C:
-			a.handleQueued(events)
+			a.handleQueued(events, goWaits)
 			a.report()
 		case <-ctx.Done():
 		}
@@ -296,11 +289,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// handleQueued takes the events the reader has handed over so far, so
-// that a report covers what was read before it: the samples of threads
-// that outlive their leader's exit event follow it in the stream, and the
-// report forgets exited processes.
-func (a *Agent) handleQueued(events <-chan sampler.Event) {
+// handleQueued takes the events the reader and the goroutine-wait
+// sampler have handed over so far, so that a report covers what was read
+// before it: the samples of threads that outlive their leader's exit
+// event follow it in the stream, and the report forgets exited processes.
+func (a *Agent) handleQueued(events <-chan sampler.Event, goWaits <-chan []sampler.Record) {
+	for n := len(goWaits); n > 0; n-- {
+		a.p.HandleBatch(<-goWaits, a.handle)
+	}
 	for n := len(events); n > 0; n-- {
 		e, ok := <-events
 		if !ok {
@@ -361,13 +357,6 @@ func (a *Agent) report() {
 	// tables of binaries not seen for a while.
 	a.sym.Trim()
 	a.collector.Trim()
-	if a.goWait != nil {
-		a.goWait.Merge(prof)
-		for i := range prof.Samples {
-			agg.Add(&prof.Samples[i])
-		}
-		prof.Samples = nil
-	}
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
 	a.tracker.ForgetExited()
 	a.jit.ForgetExited()

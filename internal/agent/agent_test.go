@@ -263,8 +263,8 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 
 // TestAgentHandlesQueuedBeforeReport: at a report the agent first takes
 // the events already queued (the samples of threads that outlive their
-// leader's exit event follow it); the report then forgets exited
-// processes.
+// leader's exit event follow it) and the goroutine-wait batches; the
+// report then forgets exited processes.
 func TestAgentHandlesQueuedBeforeReport(t *testing.T) {
 	src := newFakeSource()
 	cfg := testConfig("127.0.0.1:1")
@@ -278,15 +278,17 @@ func TestAgentHandlesQueuedBeforeReport(t *testing.T) {
 	for range 3 {
 		src.Sample(testRecord(self, time.Now()))
 	}
-	a.handleQueued(src.Ch)
-	if n := len(src.Ch); n != 0 {
-		t.Errorf("%d samples left queued", n)
+	goWaits := make(chan []sampler.Record, 2)
+	goWaits <- []sampler.Record{*testRecord(self, time.Now()), *testRecord(self, time.Now())}
+	a.handleQueued(src.Ch, goWaits)
+	if n := len(src.Ch) + len(goWaits); n != 0 {
+		t.Errorf("%d samples or batches left queued", n)
 	}
-	if n := a.collector.Stats().Samples; n != 3 {
-		t.Errorf("collector holds %d samples, want the 3 queued", n)
+	if n := a.collector.Stats().Samples; n != 5 {
+		t.Errorf("collector holds %d samples, want the 3 queued and the goroutine-wait batch's 2", n)
 	}
 	var closed chan sampler.Event // a closed or absent channel adds nothing
-	a.handleQueued(closed)
+	a.handleQueued(closed, nil)
 }
 
 func TestAgentExecutableFilter(t *testing.T) {

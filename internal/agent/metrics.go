@@ -339,5 +339,7 @@ func RegisterGoWaitStats(reg prometheus.Registerer, stats func() gowait.Stats) {
 			}),
 		counter("spanprof_go_wait_tick_errors_total", "Whole-process reads that failed.",
 			func(s gowait.Stats) uint64 { return s.TickErrors }),
+		counter("spanprof_go_wait_backlog_dropped_total", "Goroutine-wait records of ticks dropped because the consumer had not taken the ticks before (gowait.Backlog of them).",
+			func(s gowait.Stats) uint64 { return s.DroppedBacklog }),
 	)
 }

@@ -16,19 +16,6 @@ import (
 	"github.com/spanprof/spanprof/internal/sampler"
 )
 
-// fakeGoWait adds goroutine-wait samples of another process, as
-// gowait.Sampler.Merge does.
-type fakeGoWait struct{ samples []profile.Sample }
-
-func (g fakeGoWait) Merge(p *profile.Profile) {
-	for _, s := range g.samples {
-		if _, ok := p.Processes[s.PID]; !ok {
-			p.Processes[s.PID] = &profile.Process{PID: s.PID, ExeName: "gowait", Attributes: map[string]string{}}
-		}
-	}
-	p.Samples = append(p.Samples, g.samples...)
-}
-
 // reportRecords are on- and off-CPU records of this process over a few
 // stacks, each with its own time, thread, value, state and span link.
 func reportRecords(t0 time.Time) []*sampler.Record {
@@ -55,20 +42,21 @@ func reportRecords(t0 time.Time) []*sampler.Record {
 // the collector's samples into the aggregate it encodes, sends the same
 // events (times, threads, values, states, reasons, links, frames) and
 // resources as the encoding of the whole profile Build returns, the
-// Go-wait samples included.
+// goroutine-wait records, of another process with their own wait reason,
+// included.
 func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	col := startFakeCollector(t, "127.0.0.1:0", nil)
 	tracker := proc.NewTracker("/proc", nil)
 	defer tracker.Close()
 	end := time.Unix(1700000010, 0)
-	goWait := fakeGoWait{samples: []profile.Sample{
-		{Kind: profile.OffCPU, PID: 0x7ffffff1, TID: 9, ThreadName: "g", Value: 5e6, Time: time.Unix(1700000005, 0),
-			Frames: []profile.Frame{{Address: 0x401000, Function: "main.wait"}}},
-	}}
+	goWait := []sampler.Record{
+		{Kind: sampler.OffCPU, PID: 0x7ffffff1, Comm: "goroutine", Value: 5e6, Time: time.Unix(1700000005, 0), State: 'S',
+			UserStack: []uint64{0x401000, 0x402000}, Reason: "chan receive"},
+	}
 	cfg := testConfig(col.addr)
 	cfg.MetricsListen = ""
 	a, err := New(cfg, testPipeline(t, cfg, newFakeSource(), pipeline.Parts{Tracker: tracker, Kernel: noKernel{}}, nil),
-		Options{GoWait: goWait, Now: func() time.Time { return end }, Logger: slog.New(slog.DiscardHandler)})
+		Options{Now: func() time.Time { return end }, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +67,10 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	for _, r := range rs {
 		a.handle(sampler.Event{Sample: r})
 		ref.Add(r)
+	}
+	a.p.HandleBatch(goWait, a.handle)
+	for i := range goWait {
+		ref.Add(&goWait[i])
 	}
 	a.report()
 	got := col.waitReceived(t, 1, 5*time.Second)
@@ -91,7 +83,6 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	}
 
 	want := ref.Build(end)
-	goWait.Merge(want)
 	a.stampHost(want)
 	b, err := NewBatch(want)
 	if err != nil {
@@ -101,8 +92,17 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gotProf.Samples) != len(rs)+len(goWait.samples) {
-		t.Errorf("sent %d events, want %d", len(gotProf.Samples), len(rs)+len(goWait.samples))
+	if len(gotProf.Samples) != len(rs)+len(goWait) {
+		t.Errorf("sent %d events, want %d", len(gotProf.Samples), len(rs)+len(goWait))
+	}
+	reasons := 0
+	for _, s := range gotProf.Samples {
+		if s.PID == goWait[0].PID && s.Reason == goWait[0].Reason {
+			reasons++
+		}
+	}
+	if reasons != len(goWait) {
+		t.Errorf("%d events of the goroutine-wait process keep its wait reason, want %d", reasons, len(goWait))
 	}
 	// Start differs: each collector started at its own New.
 	if !reflect.DeepEqual(gotProf.Processes, wantProf.Processes) {

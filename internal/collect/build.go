@@ -86,7 +86,7 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 			if st.cut {
 				stats.StacksCut++
 			}
-			s = convert(&chunk[i], st, &k.comms, &k.attrSets)
+			s = convert(&chunk[i], st, k)
 			add(&s)
 		}
 		k.chunks[ci] = nil
@@ -107,17 +107,20 @@ type builtStack struct {
 }
 
 // convert returns the profile's sample of r, whose stack is st.
-func convert(r *sample, st *builtStack, comms, attrSets *names) profile.Sample {
+func convert(r *sample, st *builtStack, k *kept) profile.Sample {
 	s := profile.Sample{
-		Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: comms.list[r.comm],
+		Kind: r.kind, PID: st.pid, TID: r.tid, CPU: r.cpu, ThreadName: k.comms.list[r.comm],
 		Time: r.t.time(), Value: r.value, Link: r.link, State: stateNames[r.state],
 		Frames: st.frames,
 	}
 	if r.attrs != 0 {
-		s.Attrs = profile.Attrs(attrSets.list[r.attrs])
+		s.Attrs = profile.Attrs(k.attrSets.list[r.attrs])
 	}
 	if r.kind == profile.OffCPU {
 		s.Frames, s.Reason = st.trimmed, st.reason
+		if r.reason != 0 {
+			s.Reason = k.reasons.list[r.reason-1]
+		}
 	}
 	return s
 }

@@ -360,3 +360,44 @@ func TestBuildCutsStackAtNonCode(t *testing.T) {
 
 // wantKind is the profile's kind of each sampler kind.
 var wantKind = map[sampler.Kind]profile.Kind{sampler.OnCPU: profile.OnCPU, sampler.OffCPU: profile.OffCPU}
+
+// TestRecordReasonOverridesTheStacks checks that an off-CPU record that
+// names its own wait reason (the goroutine-wait sampler's) keeps it,
+// while records of the same stacks without one get the reason of their
+// kernel stack, and that neither changes the other's frames.
+func TestRecordReasonOverridesTheStacks(t *testing.T) {
+	var rs []*sampler.Record
+	for _, r := range testRecords() {
+		if r.Kind == sampler.OffCPU && len(r.KernStack) > 0 {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) < 2 {
+		t.Fatalf("%d off-CPU test records", len(rs))
+	}
+	own := *rs[0]
+	own.Reason = "chan receive"
+	goroutine := *rs[0]
+	goroutine.KernStack, goroutine.Reason = nil, "sync.Mutex.Lock"
+	c := testCollector()
+	for _, r := range append(rs, &own, &goroutine) {
+		c.Add(r)
+	}
+	samples := c.Build(time.Unix(1700000010, 0)).Samples
+	if len(samples) != len(rs)+2 {
+		t.Fatalf("%d samples from %d records", len(samples), len(rs)+2)
+	}
+	for i := range rs {
+		if r := samples[i].Reason; r != "do_nanosleep" && r != "futex_wait_queue" {
+			t.Errorf("sample %d: reason %q, want its kernel stack's", i, r)
+		}
+	}
+	got := samples[len(rs)]
+	if got.Reason != own.Reason || !reflect.DeepEqual(got.Frames, samples[0].Frames) {
+		t.Errorf("record with its own reason: reason %q, frames %v; want %q and the frames of the same stack %v",
+			got.Reason, got.Frames, own.Reason, samples[0].Frames)
+	}
+	if g := samples[len(rs)+1]; g.Reason != goroutine.Reason || len(g.Frames) != len(rs[0].UserStack) {
+		t.Errorf("record without a kernel stack: reason %q, %d frames; want %q and one frame per user address", g.Reason, len(g.Frames), goroutine.Reason)
+	}
+}

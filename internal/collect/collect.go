@@ -121,6 +121,11 @@ const DefaultMaxAttrSets = 4096
 // thread name are ids into the collector's tables: between reports memory
 // grows by this struct per record (64 bytes), and by the distinct stacks
 // (addresses only, so symbolization happens once per distinct address).
+// maxReasons bounds the distinct wait reasons of records in an interval,
+// which sample.reason numbers; the Go runtime has fewer than 64 (a uint8 in
+// g.waitreason), and a reason beyond the bound reads as the stack's.
+const maxReasons = 1<<16 - 1
+
 type sample struct {
 	t     unixNano
 	value int64
@@ -131,7 +136,10 @@ type sample struct {
 	comm  uint32 // names id
 	kind  profile.Kind
 	state byte
-	attrs uint32 // attrSets id; 0 for none
+	// reason is 1 + the reasons id of the record's own wait reason; 0:
+	// the kernel stack tells (WaitReason).
+	reason uint16
+	attrs  uint32 // attrSets id; 0 for none
 }
 
 // unixNano is a time as Unix nanoseconds: the sampler's times are made by
@@ -224,6 +232,7 @@ type Collector struct {
 	n       int // samples kept
 	stacks  stackTable
 	comms   names
+	reasons names
 	// attrSets interns the samples' profile.Attrs; id 0 is none.
 	attrSets names
 	// attrsCutLogged: the bound on attrSets was logged this interval.
@@ -542,11 +551,15 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 	}
 	last := &c.samples[len(c.samples)-1]
 	c.n++
+	var reason uint16
+	if r.Reason != "" && len(c.reasons.list) < maxReasons {
+		reason = uint16(c.reasons.intern(r.Reason) + 1)
+	}
 	*last = append(*last, sample{
 		t: toUnixNano(r.Time), value: r.Value, link: profile.Link(r.Link),
 		stack: c.stacks.intern(r.PID, image, r.KernStack, user),
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
-		kind: kindOf(r.Kind), state: r.State, attrs: attrID,
+		kind: kindOf(r.Kind), state: r.State, reason: reason, attrs: attrID,
 	})
 }
 
@@ -653,6 +666,7 @@ type kept struct {
 	n          int
 	stacks     stackTable
 	comms      names
+	reasons    names
 	attrSets   names
 	held       map[uint32]bool
 }
@@ -662,8 +676,8 @@ func (c *Collector) take(end time.Time) *kept {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms,
-		attrSets: c.attrSets, held: c.held}
-	c.samples, c.n, c.stacks, c.comms, c.attrSets = nil, 0, stackTable{}, names{}, names{}
+		reasons: c.reasons, attrSets: c.attrSets, held: c.held}
+	c.samples, c.n, c.stacks, c.comms, c.reasons, c.attrSets = nil, 0, stackTable{}, names{}, names{}, names{}
 	c.attrsCutLogged = false
 	c.held = nil
 	c.start = end

@@ -69,7 +69,7 @@ func TestCgoCallback(t *testing.T) {
 	var stack []string
 	for try := 0; try < 50 && stack == nil; try++ {
 		s.SampleOnce(time.Now())
-		for _, smp := range s.Drain() {
+		for _, smp := range symbolized(t, s, take(s)) {
 			fs := symNames(t, cmd.Path, smp.Frames)
 			if slices.Contains(fs, "main.parkedInCallback") {
 				stack = fs

@@ -52,7 +52,7 @@ func readTruth(t *testing.T, path string) map[profile.Link]spanTruth {
 		}
 		l := linkOf(map[string]string{"trace_id": f[0], "span_id": f[1]})
 		w, _ := strconv.ParseInt(f[3], 10, 64)
-		out[l] = spanTruth{kind: f[2], waited: w, function: f[4]}
+		out[profile.Link(l)] = spanTruth{kind: f[2], waited: w, function: f[4]}
 	}
 	return out
 }
@@ -71,6 +71,7 @@ func TestSampleService(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	samples := consume(s)
 	go func() { s.Run(ctx); close(done) }()
 	stdin.Write([]byte("go\n"))
 	if err := cmd.Wait(); err != nil {
@@ -78,7 +79,10 @@ func TestSampleService(t *testing.T) {
 	}
 	cancel()
 	<-done
-	checkAttribution(t, readTruth(t, truthPath), s.Drain())
+	checkAttribution(t, readTruth(t, truthPath), samples())
+	if st := s.Stats(); st.DroppedBacklog != 0 {
+		t.Errorf("%d records dropped with a consumer taking every tick", st.DroppedBacklog)
+	}
 	t.Logf("stats %+v", s.Stats())
 }
 

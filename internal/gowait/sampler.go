@@ -4,10 +4,15 @@
 // blocks, so the kernel's sched_switch never sees that wait. At a fixed
 // rate the sampler reads each target's goroutine list (runtime.allgs) with
 // process_vm_readv and, for every goroutine in _Gwaiting, emits an
-// off-CPU sample weighted by the time since the previous tick, with the
+// off-CPU record weighted by the time since the previous tick, with the
 // runtime's wait reason, the span from the goroutine's labels, and the
 // stack unwound by frame pointers from the saved g.sched registers. The
 // target is neither stopped nor instrumented; the cost is the agent's.
+//
+// The records are the sampler's own kind (sampler.Record), delivered a
+// batch per tick (Records) to the consumer of the kernel's events, which
+// hands them to the collector like any other: the stacks are symbolized,
+// the processes described and the samples exported by the one pipeline.
 package gowait
 
 import (
@@ -22,9 +27,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/proc"
-	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
 	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/internal/unwind"
@@ -37,9 +41,10 @@ const DefaultFrequency = 19
 // Options configure a Sampler.
 type Options struct {
 	// Frequency is the sampling rate in Hz; zero means DefaultFrequency.
-	Frequency  int
-	Symbolizer *symbolize.Symbolizer // nil: a private one
-	Tracker    *proc.Tracker         // nil: a private one on /proc
+	Frequency int
+	// Symbolizer names the entry function of each distinct stack, which
+	// tells the runtime's own goroutines; nil: a private one.
+	Symbolizer *symbolize.Symbolizer
 	Logger     *slog.Logger
 	// Memory opens a process's memory; nil means process_vm_readv.
 	Memory func(pid uint32) Memory
@@ -56,6 +61,7 @@ type Stats struct {
 	Waiting    uint64 // of which parked (_Gwaiting)
 	Cached     uint64 // parked at the same place as at the previous tick
 	Samples    uint64 // goroutine observations emitted (before aggregation)
+	Records    uint64 // records delivered, one per aggregate of a tick
 	Linked     uint64 // of which inside a span
 	// System goroutines (the runtime's own workers) waiting outside any
 	// span are left out, as in the runtime's goroutine profile.
@@ -84,7 +90,15 @@ type Stats struct {
 	// ticker dropped) could not attribute: for each goroutine that
 	// parked during the gap, the gap beyond the two-period cap.
 	UncoveredNs uint64
+	// DroppedBacklog counts records of ticks the consumer had not made
+	// room for: Backlog ticks were waiting already.
+	DroppedBacklog uint64
 }
+
+// Backlog is how many ticks' batches wait for the consumer before a tick
+// is dropped (counted in Stats.DroppedBacklog): three seconds at the
+// default rate, more than a report or a drain of the ring takes.
+const Backlog = 64
 
 // Sampler samples parked goroutines of its target processes. Its methods
 // are safe for concurrent use.
@@ -92,24 +106,23 @@ type Sampler struct {
 	opts   Options
 	log    *slog.Logger
 	period time.Duration
+	out    chan []sampler.Record
 
 	mu      sync.Mutex
 	targets map[uint32]*targetState
-	samples []profile.Sample
 	stats   Stats
 	last    time.Time
+	// batch gathers one tick's records.
+	batch []sampler.Record
 }
 
-// targetState is a target and its symbolization caches.
+// targetState is a target and what is known of its distinct stacks.
 type targetState struct {
 	*target
-	frames   map[int]*stackFrames // stack id → symbolized stack
-	mappings map[uint64]*profile.Mapping
-}
-
-type stackFrames struct {
-	frames []profile.Frame
-	system bool
+	exe string // as the process names it (/proc/PID/exe's target)
+	// system says, per stack id, whether the stack is a system
+	// goroutine's.
+	system map[int]bool
 }
 
 // New returns a Sampler with no targets.
@@ -119,9 +132,6 @@ func New(opts Options) *Sampler {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Tracker == nil {
-		opts.Tracker = proc.NewTracker("/proc", opts.Logger)
 	}
 	if opts.Symbolizer == nil {
 		opts.Symbolizer = symbolize.New(opts.Logger, symbolize.Options{})
@@ -135,9 +145,14 @@ func New(opts Options) *Sampler {
 	return &Sampler{
 		opts: opts, log: opts.Logger,
 		period:  time.Second / time.Duration(opts.Frequency),
+		out:     make(chan []sampler.Record, Backlog),
 		targets: map[uint32]*targetState{},
 	}
 }
+
+// Records delivers the records of each tick that found waiting
+// goroutines, one batch per tick, in the order of the ticks.
+func (s *Sampler) Records() <-chan []sampler.Record { return s.out }
 
 // Add starts sampling process pid. It fails, wrapping
 // tracectx.ErrNotGoBinary, tracectx.ErrUnsupportedGo or
@@ -148,7 +163,11 @@ func (s *Sampler) Add(pid uint32) error {
 	if err != nil {
 		return fmt.Errorf("inspect process %d: %w", pid, err)
 	}
-	p := s.opts.Tracker.Get(pid)
+	view := &procView{pid: pid}
+	p, err := view.read()
+	if err != nil {
+		return fmt.Errorf("inspect process %d: %w", pid, err)
+	}
 	var bias uint64
 	if info.PIE {
 		if bias, err = loadBias(exe, p); err != nil {
@@ -157,18 +176,18 @@ func (s *Sampler) Add(pid uint32) error {
 	}
 	mem := s.opts.Memory(pid)
 	t := newTarget(pid, mem, info, bias)
-	tracker := s.opts.Tracker
-	t.native = newNativeUnwinder(exe, bias, mem, func() *proc.Process { return tracker.Get(pid) }, s.opts.Tables, s.log)
+	t.native = newNativeUnwinder(exe, bias, mem, view.get, s.opts.Tables, s.log)
 	s.mu.Lock()
-	s.targets[pid] = &targetState{target: t, frames: map[int]*stackFrames{}, mappings: map[uint64]*profile.Mapping{}}
+	s.targets[pid] = &targetState{target: t, exe: p.Exe, system: map[int]bool{}}
 	s.mu.Unlock()
 	s.log.Debug("sampling goroutines", "pid", pid, "go", info.GoVersion, "g", info.GSource, "reasons", info.ReasonSource)
 	return nil
 }
 
-// SetSymbolizer makes the sampler symbolize with sym from now on: the
-// agent's, so that the Go binaries it samples are parsed, bounded and
-// dropped once idle in one cache rather than in a private one as well.
+// SetSymbolizer makes the sampler name entry functions with sym from now
+// on: the agent's, so that the Go binaries it samples are parsed, bounded
+// and dropped once idle in one cache rather than in a private one as
+// well.
 func (s *Sampler) SetSymbolizer(sym *symbolize.Symbolizer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,14 +215,15 @@ func (s *Sampler) Run(ctx context.Context) {
 	}
 }
 
-// SampleOnce takes one sample of every target at now. Each observation
-// stands for the time since the previous tick (the period at the first).
-// A goroutine parked unchanged since an earlier tick waited all of it,
-// however late this tick is: under load the agent's ticks come late, and
-// capping those waits under-counted a 400 ms sleep by half. One that
-// parked since the previous tick waited part of the gap: it gets at most
-// two periods, and the rest is counted as uncovered, so a stalled agent
-// does not inflate one observation.
+// SampleOnce takes one sample of every target at now and delivers its
+// records as one batch. Each observation stands for the time since the
+// previous tick (the period at the first). A goroutine parked unchanged
+// since an earlier tick waited all of it, however late this tick is:
+// under load the agent's ticks come late, and capping those waits
+// under-counted a 400 ms sleep by half. One that parked since the
+// previous tick waited part of the gap: it gets at most two periods, and
+// the rest is counted as uncovered, so a stalled agent does not inflate
+// one observation.
 func (s *Sampler) SampleOnce(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,28 +247,44 @@ func (s *Sampler) SampleOnce(now time.Time) {
 		}
 		s.emit(t, obs, now, gap)
 	}
+	if len(s.batch) == 0 {
+		return
+	}
+	select {
+	case s.out <- s.batch:
+		s.stats.Records += uint64(len(s.batch))
+	default:
+		s.stats.DroppedBacklog += uint64(len(s.batch))
+		s.log.Debug("goroutine sampling: consumer behind, tick dropped", "records", len(s.batch), "backlog", Backlog)
+	}
+	s.batch = nil
 }
 
 // aggKey groups the observations of one tick: goroutines of one process
 // parked in the same stack, for the same reason, in the same span (or
-// none) become one sample. Ten thousand idle goroutines cost a handful of
-// samples per tick, not ten thousand.
+// none) become one record. Ten thousand idle goroutines cost a handful of
+// records per tick, not ten thousand.
 type aggKey struct {
-	link   profile.Link
+	link   sampler.Link
 	reason uint8
 	stack  int
+}
+
+// aggregate is one record's observations: their stack and total weight.
+type aggregate struct {
+	pcs []uint64
+	ns  int64
 }
 
 func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, gap time.Duration) {
 	capped := min(gap, 2*s.period)
 	// Most waiting goroutines are in no span: sum those by a packed
 	// integer key, which hashes much faster than aggKey.
-	unlinked := map[uint64]int64{}
-	linked := map[aggKey]int64{}
+	unlinked := map[uint64]*aggregate{}
+	linked := map[aggKey]*aggregate{}
 	var order []aggKey
 	for _, o := range obs {
-		sf := t.symbolize(s, o.g)
-		if sf.system && o.g.link.IsZero() {
+		if o.g.link == (sampler.Link{}) && t.isSystem(s, o.g) {
 			s.stats.System++
 			continue
 		}
@@ -263,96 +299,69 @@ func (s *Sampler) emit(t *targetState, obs []observed, now time.Time, gap time.D
 			s.stats.UncoveredNs += uint64(gap - capped)
 		}
 		k := aggKey{o.g.link, o.reason, o.g.stack}
-		if o.g.link.IsZero() {
+		var a *aggregate
+		if o.g.link == (sampler.Link{}) {
 			packed := uint64(o.g.stack)<<8 | uint64(o.reason)
-			if _, ok := unlinked[packed]; !ok {
+			if a = unlinked[packed]; a == nil {
+				a = &aggregate{pcs: o.g.pcs}
+				unlinked[packed] = a
 				order = append(order, k)
 			}
-			unlinked[packed] += int64(w)
-			continue
+		} else {
+			s.stats.Linked++
+			if a = linked[k]; a == nil {
+				a = &aggregate{pcs: o.g.pcs}
+				linked[k] = a
+				order = append(order, k)
+			}
 		}
-		s.stats.Linked++
-		if _, ok := linked[k]; !ok {
-			order = append(order, k)
-		}
-		linked[k] += int64(w)
+		a.ns += int64(w)
 	}
 	for _, k := range order {
-		ns := linked[k]
-		if k.link.IsZero() {
-			ns = unlinked[uint64(k.stack)<<8|uint64(k.reason)]
+		a := linked[k]
+		if k.link == (sampler.Link{}) {
+			a = unlinked[uint64(k.stack)<<8|uint64(k.reason)]
 		}
-		s.samples = append(s.samples, profile.Sample{
-			Kind: profile.OffCPU, PID: t.pid, ThreadName: "goroutine",
-			Frames: t.frames[k.stack].frames, Link: k.link, Time: now,
-			Value: ns, State: "S", Reason: t.reason(k.reason),
+		// The stack is the interned one: records share it, and no stage
+		// writes to a record's stack.
+		s.batch = append(s.batch, sampler.Record{
+			Kind: sampler.OffCPU, PID: t.pid, Comm: "goroutine", Time: now,
+			Value: a.ns, State: 'S', Link: k.link, UserStack: a.pcs,
+			Reason: t.reason(k.reason),
 		})
 	}
 }
 
-// symbolize resolves a stack once per distinct stack of the target. A
-// stack whose entry function (the frame below runtime.goexit) is in the
-// runtime, other than runtime.main, is a system goroutine, as the
-// runtime's isSystemGoroutine decides.
-func (t *targetState) symbolize(s *Sampler, g *parkedG) *stackFrames {
-	if g.sf != nil {
-		return g.sf
+// isSystem tells, once per distinct stack of the target, whether g is a
+// system goroutine, as the runtime's isSystemGoroutine decides: its entry
+// function (the frame below runtime.goexit) is in the runtime, other than
+// runtime.main. A stack whose entry cannot be named is not.
+func (t *targetState) isSystem(s *Sampler, g *parkedG) bool {
+	if sys, ok := t.system[g.stack]; ok {
+		return sys
 	}
-	if sf, ok := t.frames[g.stack]; ok {
-		g.sf = sf
-		return sf
-	}
-	p := s.opts.Tracker.Get(t.pid)
-	frames := make([]profile.Frame, 0, len(g.pcs))
-	for i, pc := range g.pcs {
-		if i > 0 {
-			pc-- // a return address: look up the call instruction
+	sys := false
+	if n := len(g.pcs); n >= 2 && t.exe != "" {
+		obj, err := s.opts.Symbolizer.Open(filepath.Join("/proc", fmt.Sprint(t.pid), "exe"), t.exe)
+		if err == nil {
+			// Return addresses (all but the first pc): look up their
+			// call instructions.
+			name := func(i int) string {
+				pc := g.pcs[i] - t.bias
+				if i > 0 {
+					pc--
+				}
+				sym, _ := obj.Lookup(pc)
+				return sym.Function
+			}
+			if name(n-1) == "runtime.goexit" {
+				entry := name(n - 2)
+				sys = strings.HasPrefix(entry, "runtime.") && entry != "runtime.main"
+			}
 		}
-		frames = t.frame(s, p, frames, pc)
 	}
-	sf := &stackFrames{frames: frames}
-	if n := len(frames); n >= 2 && frames[n-1].Function == "runtime.goexit" {
-		entry := frames[n-2].Function
-		sf.system = strings.HasPrefix(entry, "runtime.") && entry != "runtime.main"
-	}
-	t.frames[g.stack] = sf
-	g.sf = sf
-	return sf
-}
-
-func (t *targetState) frame(s *Sampler, p *proc.Process, dst []profile.Frame, pc uint64) []profile.Frame {
-	m := p.Find(pc)
-	if m == nil {
-		return append(dst, profile.Frame{Address: pc, Mapping: t.mapping(&proc.Mapping{Path: "[unknown]"})})
-	}
-	pm := t.mapping(m)
-	if m.Anonymous() || strings.HasPrefix(m.Path, "[") {
-		return append(dst, profile.Frame{Address: pc, Mapping: pm})
-	}
-	obj, err := s.opts.Symbolizer.Open(p.OpenPath(m), m.Path)
-	if err != nil {
-		return append(dst, profile.Frame{Address: pc, Mapping: pm})
-	}
-	pm.BuildID, pm.HTLHash = obj.Identity().BuildID, obj.Identity().HTLHash
-	return collect.ObjectFrames(dst, obj, pm, pc)
-}
-
-func (t *targetState) mapping(m *proc.Mapping) *profile.Mapping {
-	if pm, ok := t.mappings[m.Start]; ok {
-		return pm
-	}
-	pm := &profile.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, Path: m.Path}
-	t.mappings[m.Start] = pm
-	return pm
-}
-
-// Drain returns the samples taken since the last Drain.
-func (s *Sampler) Drain() []profile.Sample {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.samples
-	s.samples = nil
-	return out
+	t.system[g.stack] = sys
+	return sys
 }
 
 // Stats returns the counts so far.
@@ -360,28 +369,6 @@ func (s *Sampler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
-}
-
-// Merge adds the samples taken since the last Drain to prof, and the
-// processes they belong to when prof does not describe them yet.
-func (s *Sampler) Merge(prof *profile.Profile) {
-	samples := s.Drain()
-	if prof.Processes == nil {
-		prof.Processes = map[uint32]*profile.Process{}
-	}
-	for i := range samples {
-		pid := samples[i].PID
-		if _, ok := prof.Processes[pid]; ok {
-			continue
-		}
-		p := s.opts.Tracker.Get(pid)
-		prof.Processes[pid] = &profile.Process{
-			PID: pid, ExePath: p.Exe, ExeName: filepath.Base(p.Exe),
-			ContainerID: p.ContainerID, ServiceName: p.Env["OTEL_SERVICE_NAME"],
-			Attributes: map[string]string{},
-		}
-	}
-	prof.Samples = append(prof.Samples, samples...)
 }
 
 // loadBias returns where a position-independent executable was loaded:
@@ -405,4 +392,49 @@ func loadBias(exe string, p *proc.Process) (uint64, error) {
 		}
 	}
 	return 0, errors.New("find load address of the executable: no mapping at offset 0")
+}
+
+// procView is the sampler's own read of a target's executable mappings,
+// for its load bias and the C frames of cgo callbacks. The pipeline's
+// process table (proc.Tracker) belongs to the consumer of the event
+// stream alone, which changes it in stream order; a read from this
+// goroutine would add a process at no place in the stream.
+type procView struct {
+	pid    uint32
+	p      *proc.Process
+	readAt time.Time
+}
+
+// viewAge is how long a view's mappings are trusted before a walk of C
+// frames reads them again (a library may have been loaded since).
+const viewAge = 10 * time.Second
+
+func (v *procView) read() (*proc.Process, error) {
+	dir := filepath.Join("/proc", fmt.Sprint(v.pid))
+	exe, err := os.Readlink(filepath.Join(dir, "exe"))
+	if err != nil {
+		return nil, fmt.Errorf("read executable: %w", err)
+	}
+	f, err := os.Open(filepath.Join(dir, "maps"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ms, err := proc.ParseMaps(f)
+	if err != nil {
+		return nil, err
+	}
+	v.p, v.readAt = &proc.Process{PID: v.pid, Exe: exe, Mappings: ms}, time.Now()
+	return v.p, nil
+}
+
+// get returns the view, read again once older than viewAge; the last
+// read when that fails (the process is exiting).
+func (v *procView) get() *proc.Process {
+	if time.Since(v.readAt) > viewAge {
+		if _, err := v.read(); err != nil {
+			v.readAt = time.Now()
+		}
+	}
+	return v.p
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
 )
 
 // TestLateTickWeights runs the sampler over a fake process of three parked
@@ -15,7 +15,7 @@ import (
 func TestLateTickWeights(t *testing.T) {
 	s := New(Options{Frequency: 100}) // 10 ms period
 	m, info := fakeGo(3)
-	s.targets[1] = &targetState{target: newTarget(1, m, info, 0), frames: map[int]*stackFrames{}, mappings: map[uint64]*profile.Mapping{}}
+	s.targets[1] = &targetState{target: newTarget(1, m, info, 0), system: map[int]bool{}}
 	t0 := time.Unix(1_700_000_000, 0)
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	s.SampleOnce(t0)             // first tick: one period each
@@ -25,9 +25,9 @@ func TestLateTickWeights(t *testing.T) {
 	s.SampleOnce(t0.Add(ms(115))) // 100 ms late: 1 and 3 held, 2 capped at 20 ms
 	var total time.Duration
 	byG := map[bool]time.Duration{} // linked (goroutine 1) or not
-	for _, smp := range s.Drain() {
+	for _, smp := range take(s) {
 		total += time.Duration(smp.Value)
-		byG[!smp.Link.IsZero()] += time.Duration(smp.Value)
+		byG[smp.Link != (sampler.Link{})] += time.Duration(smp.Value)
 	}
 	if want := ms(10 + 15 + 100); byG[true] != want {
 		t.Errorf("goroutine 1 (parked throughout) weighs %v, want %v", byG[true], want)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
@@ -50,8 +50,7 @@ type parkedG struct {
 	st    gState
 	pcs   []uint64
 	stack int // interned pcs
-	link  profile.Link
-	sf    *stackFrames // symbolized stack, set at first use
+	link  sampler.Link
 }
 
 // observed is one waiting goroutine found by a tick, with its
@@ -290,17 +289,17 @@ func (t *target) intern(pcs []uint64) int {
 
 // linkOf returns the span the SDK's labels name; a goroutine with other
 // labels, or malformed ids, is in no span.
-func linkOf(labels map[string]string) profile.Link {
-	var l profile.Link
+func linkOf(labels map[string]string) sampler.Link {
+	var l sampler.Link
 	tid, sid := labels["trace_id"], labels["span_id"]
 	if len(tid) != 32 || len(sid) != 16 {
-		return profile.Link{}
+		return sampler.Link{}
 	}
 	if _, err := hex.Decode(l.TraceID[:], []byte(tid)); err != nil {
-		return profile.Link{}
+		return sampler.Link{}
 	}
 	if _, err := hex.Decode(l.SpanID[:], []byte(sid)); err != nil {
-		return profile.Link{}
+		return sampler.Link{}
 	}
 	return l
 }

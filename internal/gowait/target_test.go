@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
@@ -166,7 +166,7 @@ func TestTargetTick(t *testing.T) {
 				t.Fatalf("%d observed, stats %+v; want %d, %+v", len(obs), st, tt.emitted, tt.want)
 			}
 			for _, o := range obs {
-				wantLink := profile.Link{}
+				wantLink := sampler.Link{}
 				if o.g.st.goid == 1 {
 					wantLink = span
 				}

@@ -25,12 +25,15 @@ func goBinary() (string, error) {
 	return p, nil
 }
 
-// TestGoWaitSharesTrackerAndSymbolizer: the goroutine-wait sampler reads
-// its targets through the pipeline's tracker and symbolizes with its
-// symbolizer, so that the command's bounds and forgetting cover it: with
-// no sample through the collector, both hold the Go process after one
-// tick, and its parked goroutines are named.
-func TestGoWaitSharesTrackerAndSymbolizer(t *testing.T) {
+// TestGoWaitRecordsGoThroughTheConsumer: the goroutine-wait sampler names
+// entry functions with the pipeline's symbolizer, so that the command's
+// bounds cover it, and leaves the process table to the consumer: after a
+// tick the symbolizer holds the Go binary, the tracker nothing. Its
+// records reach the collector only through the consumer (GoroutineWaits,
+// HandleBatch), whose tracker then reads the process, and whose
+// collector names the parked goroutines' frames and keeps the runtime's
+// wait reasons.
+func TestGoWaitRecordsGoThroughTheConsumer(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("reading another process's memory needs root or CAP_SYS_PTRACE")
 	}
@@ -58,19 +61,34 @@ func TestGoWaitSharesTrackerAndSymbolizer(t *testing.T) {
 	if st := p.GoWait.Stats(); st.Waiting == 0 {
 		t.Fatalf("no parked goroutine read: %+v", st)
 	}
-	if p.Tracker.Len() == 0 || p.Tracker.Get(uint32(pid)).Exe == "" {
-		t.Errorf("the pipeline's tracker holds %d processes, not the Go target: the sampler used another", p.Tracker.Len())
+	if n := p.Tracker.Len(); n != 0 {
+		t.Errorf("the pipeline's tracker holds %d processes before the consumer took the tick: the sampler changed the table", n)
 	}
 	if st := p.Symbols.Symbolizer.Stats(); st.Parsed == 0 {
 		t.Errorf("the pipeline's symbolizer parsed nothing: the sampler used another")
 	}
 	if n := p.Collector.Stats().Samples; n != 0 {
-		t.Fatalf("collector holds %d samples, want none", n)
+		t.Fatalf("collector holds %d samples before the consumer took the tick, want none", n)
 	}
-	prof := &profile.Profile{}
-	p.GoWait.Merge(prof)
+	var batch []sampler.Record
+	select {
+	case batch = <-p.GoroutineWaits():
+	default:
+		t.Fatal("the tick delivered no batch")
+	}
+	p.HandleBatch(batch, nil)
+	if n := p.Collector.Stats().Samples; n != uint64(len(batch)) || n == 0 {
+		t.Fatalf("collector holds %d samples, want the batch's %d", n, len(batch))
+	}
+	if p.Tracker.Len() == 0 {
+		t.Errorf("the consumer's tracker holds no process after the batch")
+	}
+	prof := p.Collector.Build(time.Now())
 	named := 0
 	for _, s := range prof.Samples {
+		if s.Kind != profile.OffCPU || s.PID != uint32(pid) || s.State != "S" || s.ThreadName != "goroutine" || s.Reason == "" {
+			t.Errorf("sample %+v: want an off-CPU sample of pid %d in state S, of thread \"goroutine\", with a wait reason", s, pid)
+		}
 		for _, f := range s.Frames {
 			if strings.HasPrefix(f.Function, "main.") {
 				named++
@@ -80,6 +98,9 @@ func TestGoWaitSharesTrackerAndSymbolizer(t *testing.T) {
 	}
 	if named == 0 {
 		t.Errorf("none of %d goroutine samples has a main.* frame", len(prof.Samples))
+	}
+	if pr := prof.Processes[uint32(pid)]; pr == nil || pr.ExeName == "" {
+		t.Errorf("process %+v: want the Go target described", pr)
 	}
 }
 

@@ -4,6 +4,11 @@
 // the trace-context watcher and the goroutine-wait sampler. They share
 // one tracker, one symbolizer, one set of unwind tables and one memory
 // budget, so that what one command fixes or bounds the other has too.
+//
+// Two producers feed the one consumer: the kernel's ordered stream
+// (Source.Events) and the goroutine-wait sampler's ticks
+// (GoroutineWaits). The consumer hands both to Handle, so every sample is
+// symbolized, described and exported by the collector alike.
 package pipeline
 
 import (
@@ -200,12 +205,14 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	}
 	p.Collector = collect.New(opts)
 	if cfg.OffCPU.Enabled && cfg.GoWaitFrequency > 0 {
-		// Goroutine waits park no thread: sample them from outside, with
-		// the tracker whose exited processes the command forgets and the
-		// symbolizer whose cache the budget bounds; private ones would
-		// keep every Go process ever sampled, unbounded.
+		// Goroutine waits park no thread: sample them from outside. Its
+		// records reach the collector through the consumer
+		// (GoroutineWaits); it names entry functions with the symbolizer
+		// whose cache the budget bounds and unwinds cgo callbacks with the
+		// same tables, where private ones would keep every Go binary ever
+		// sampled, unbounded.
 		p.GoWait = gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log,
-			Tracker: p.Tracker, Symbolizer: sym.Symbolizer, Tables: tables})
+			Symbolizer: sym.Symbolizer, Tables: tables})
 	}
 	return p, nil
 }
@@ -258,14 +265,43 @@ func (p *Pipeline) startGoWait(ctx context.Context) {
 	go func() { defer close(p.goWaitDone); p.GoWait.Run(gctx) }()
 }
 
-// StopGoWait stops the goroutine-wait sampler and waits for its last
-// tick, so that what it merges next is all it sampled.
-func (p *Pipeline) StopGoWait() {
+// GoroutineWaits delivers the goroutine-wait sampler's records, a batch
+// per tick, for the consumer of Source.Events to hand to HandleBatch; nil,
+// a channel never ready, when the sampler is off.
+func (p *Pipeline) GoroutineWaits() <-chan []sampler.Record {
+	if p.GoWait == nil {
+		return nil
+	}
+	return p.GoWait.Records()
+}
+
+// HandleBatch hands each record of a goroutine-wait batch to handle as an
+// event of its own (Handle when nil).
+func (p *Pipeline) HandleBatch(b []sampler.Record, handle func(sampler.Event)) {
+	if handle == nil {
+		handle = p.Handle
+	}
+	for i := range b {
+		handle(sampler.Event{Sample: &b[i]})
+	}
+}
+
+// stopGoWaits stops the goroutine-wait sampler, waits for its last tick
+// and hands on every batch it delivered.
+func (p *Pipeline) stopGoWaits(handle func(sampler.Event)) {
 	if p.stopGoWait == nil {
 		return
 	}
 	p.stopGoWait()
 	<-p.goWaitDone
+	for {
+		select {
+		case b := <-p.GoWait.Records():
+			p.HandleBatch(b, handle)
+		default:
+			return
+		}
+	}
 }
 
 // Handle takes the next event of the stream: the one way samples and
@@ -278,8 +314,9 @@ func (p *Pipeline) Handle(e sampler.Event) {
 	}
 }
 
-// Add hands one sample to the collector, noting its process for the
-// trace-context watcher and the JIT perf maps.
+// Add hands one sample, the kernel's or the goroutine-wait sampler's, to
+// the collector, noting its process for the trace-context watcher and the
+// JIT perf maps.
 func (p *Pipeline) Add(r *sampler.Record) {
 	if p.Correlator != nil {
 		p.Correlator.Seen(r.PID, RescanAfter)
@@ -317,15 +354,18 @@ func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
 }
 
 // Drain stops the source and hands on, in order, everything the kernel
-// wrote before the programs were detached: the sampler closes the channel
-// once the ring is empty. handle defaults to Handle; the timeout only
+// wrote before the programs were detached (the sampler closes the channel
+// once the ring is empty), then stops the goroutine-wait sampler and
+// hands on its last ticks. handle defaults to Handle; the timeout only
 // guards against a reader that never ends, and false says it was reached.
 func (p *Pipeline) Drain(timeout time.Duration, handle func(sampler.Event)) bool {
 	if handle == nil {
 		handle = p.Handle
 	}
 	p.Source.Stop()
-	return sampler.Drain(p.Source.Events(), timeout, handle)
+	ok := sampler.Drain(p.Source.Events(), timeout, handle)
+	p.stopGoWaits(handle)
+	return ok
 }
 
 // Close stops what Start started and closes what Open and New opened.

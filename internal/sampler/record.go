@@ -106,6 +106,11 @@ type Record struct {
 	// (CtxSource CTX_THREAD), {key u8, len u8, value[len]}..., as the
 	// kernel copied them; tracectx.ParseAttrs decodes them.
 	CtxAttrs []byte
+	// Reason is why an off-CPU interval waited when its producer knows
+	// it (the Go runtime's wait reason of a parked goroutine, from
+	// internal/gowait); empty for the kernel's samples, whose reason the
+	// collector reads from the kernel stack.
+	Reason string
 }
 
 // ProcEvent reports an exec or the exit of a whole process.
