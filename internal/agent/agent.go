@@ -260,7 +260,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		case b := <-goWaits:
 			a.p.HandleBatch(b, a.handle)
 		case <-ticker.C:
-			a.handleQueued(events, goWaits)
 			a.report()
 		case <-ctx.Done():
 		}
@@ -287,23 +286,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("flush at shutdown: %w", err)
 	}
 	return nil
-}
-
-// handleQueued takes the events the reader and the goroutine-wait
-// sampler have handed over so far, so that a report covers what was read
-// before it: the samples of threads that outlive their leader's exit
-// event follow it in the stream, and the report forgets exited processes.
-func (a *Agent) handleQueued(events <-chan sampler.Event, goWaits <-chan []sampler.Record) {
-	for n := len(goWaits); n > 0; n-- {
-		a.p.HandleBatch(<-goWaits, a.handle)
-	}
-	for n := len(events); n > 0; n-- {
-		e, ok := <-events
-		if !ok {
-			return
-		}
-		a.handle(e)
-	}
 }
 
 // handle takes the next event of the stream.
@@ -340,8 +322,17 @@ func (a *Agent) wanted(pid uint32) bool {
 	return ok
 }
 
+// exitGrace is how long an exited process stays known after its exit
+// event was handled: the samples of threads that outlive their leader's
+// exit event follow it in the stream, read with it or at the reader's
+// next poll (200 ms), and a report may come between them. Forgetting at
+// a report only the exits handled a grace before it keeps their process
+// for them, whatever the report's place in the stream, at the memory of
+// a second's exited processes.
+const exitGrace = time.Second
+
 // report builds the profile of the interval, hands it to every exporter
-// and forgets exited processes. The samples go straight from the
+// and forgets the processes that exited a grace before it. The samples go straight from the
 // collector into the aggregate the export encodes: with off-CPU sampling
 // an interval has tens of thousands, and holding them as profile samples
 // too would double what a report needs at its peak.
@@ -358,11 +349,12 @@ func (a *Agent) report() {
 	a.sym.Trim()
 	a.collector.Trim()
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
-	a.tracker.ForgetExited()
-	a.jit.ForgetExited()
+	forget := t0.Add(-exitGrace)
+	a.tracker.ForgetExited(forget)
+	a.jit.ForgetExited(forget)
 	a.retained.Store(int64(a.tracker.Len()))
 	if a.corr != nil {
-		a.corr.ForgetExited()
+		a.corr.ForgetExited(forget)
 	}
 	clear(a.match)
 	n := agg.Samples()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -96,7 +97,7 @@ func (c *fakeCorrelator) Stats() correlate.Stats {
 	return correlate.Stats{Scanned: uint64(len(c.seen)), Configured: 1}
 }
 func (c *fakeCorrelator) Exit(uint32) {}
-func (c *fakeCorrelator) ForgetExited() {
+func (c *fakeCorrelator) ForgetExited(time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgets++
@@ -261,34 +262,44 @@ func TestAgentExportsEveryInterval(t *testing.T) {
 	}
 }
 
-// TestAgentHandlesQueuedBeforeReport: at a report the agent first takes
-// the events already queued (the samples of threads that outlive their
-// leader's exit event follow it) and the goroutine-wait batches; the
-// report then forgets exited processes.
-func TestAgentHandlesQueuedBeforeReport(t *testing.T) {
+// TestAgentKeepsAnExitedProcessForLaterSamples: the samples of threads
+// that outlive their leader's exit event follow it in the stream, and a
+// report may come between them. A report forgets only the processes that
+// exited a grace (exitGrace) before it, so such a sample still finds its
+// process; a report after the grace forgets it.
+func TestAgentKeepsAnExitedProcessForLaterSamples(t *testing.T) {
+	col := startFakeCollector(t, "127.0.0.1:0", nil)
 	src := newFakeSource()
-	cfg := testConfig("127.0.0.1:1")
+	cfg := testConfig(col.addr)
 	cfg.MetricsListen = ""
 	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Kernel: noKernel{}}, nil), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.closeExporters()
-	self := uint32(os.Getpid())
-	for range 3 {
-		src.Sample(testRecord(self, time.Now()))
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
 	}
-	goWaits := make(chan []sampler.Record, 2)
-	goWaits <- []sampler.Record{*testRecord(self, time.Now()), *testRecord(self, time.Now())}
-	a.handleQueued(src.Ch, goWaits)
-	if n := len(src.Ch) + len(goWaits); n != 0 {
-		t.Errorf("%d samples or batches left queued", n)
+	pid := uint32(child.Process.Pid)
+	a.handle(sampler.Event{Sample: testRecord(pid, time.Now())})
+	exe := a.tracker.Get(pid).Exe
+	if !strings.HasSuffix(exe, "sleep") {
+		t.Fatalf("tracker read pid %d as %q, want sleep", pid, exe)
 	}
-	if n := a.collector.Stats().Samples; n != 5 {
-		t.Errorf("collector holds %d samples, want the 3 queued and the goroutine-wait batch's 2", n)
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	a.handle(sampler.Event{Proc: &sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()}})
+	a.report()
+	a.handle(sampler.Event{Sample: testRecord(pid, time.Now())}) // a thread's, after the exit
+	if got := a.tracker.Get(pid).Exe; got != exe {
+		t.Errorf("after a report right after its exit, pid %d reads as %q, want the process that exited (%q)", pid, got, exe)
 	}
-	var closed chan sampler.Event // a closed or absent channel adds nothing
-	a.handleQueued(closed, nil)
+	time.Sleep(exitGrace + 100*time.Millisecond)
+	a.report()
+	if n := a.tracker.Len(); n != 0 {
+		t.Errorf("a report a grace after the exit left %d processes tracked, want none", n)
+	}
 }
 
 func TestAgentExecutableFilter(t *testing.T) {

@@ -28,7 +28,7 @@ func TestSampleKeepsItsImageAcrossExec(t *testing.T) {
 			}
 			r.fp.write(reusePID, false)
 			r.c.ProcEvent(sampler.ProcEvent{PID: reusePID, Time: time.Now()})
-			r.tr.ForgetExited()
+			r.tr.ForgetExited(time.Now())
 			prof := r.c.Build(time.Now())
 			if len(prof.Samples) != 1 {
 				t.Fatalf("%d samples, want 1", len(prof.Samples))

@@ -207,10 +207,10 @@ func TestPreExecSampleSymbolizedAgainstImageBefore(t *testing.T) {
 			}
 			// Once reported and past two reports, only the new image's
 			// file stays open: the held image was released.
-			tr.ForgetExited()
-			tr.ForgetExited()
+			tr.ForgetExited(time.Now())
+			tr.ForgetExited(time.Now())
 			tr.Exit(parent, time.Now())
-			tr.ForgetExited()
+			tr.ForgetExited(time.Now())
 			if n := tr.OpenFiles(); n != 1 {
 				t.Errorf("%d files open after the reports, want 1 (the new image's)", n)
 			}

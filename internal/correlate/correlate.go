@@ -92,6 +92,7 @@ type state struct {
 	// exec was a twentieth of the agent's work under process churn.
 	configured bool
 	exited     bool
+	exitedAt   time.Time // when Exit marked it
 	// quiet: the last scan found nothing and met no error, with the maps
 	// text summed in mapsSum.
 	quiet   bool
@@ -322,7 +323,7 @@ func (w *Watcher) Exit(pid uint32) {
 	st, ok := w.procs[pid]
 	configured := ok && st.configured
 	if ok {
-		st.exited = true
+		st.exited, st.exitedAt = true, time.Now()
 		st.configured = false
 	}
 	w.mu.Unlock()
@@ -331,13 +332,13 @@ func (w *Watcher) Exit(pid uint32) {
 	}
 }
 
-// ForgetExited drops what is known of exited processes; call it after
-// each report.
-func (w *Watcher) ForgetExited() {
+// ForgetExited drops what is known of the processes whose exit was
+// handled before before; call it after each report.
+func (w *Watcher) ForgetExited(before time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for pid, st := range w.procs {
-		if st.exited {
+		if st.exited && !st.exitedAt.After(before) {
 			delete(w.procs, pid)
 		}
 	}

@@ -2,6 +2,7 @@ package correlate
 
 import (
 	"testing"
+	"time"
 
 	"github.com/spanprof/spanprof/bpf"
 )
@@ -38,7 +39,11 @@ func TestExitKeepsResourceUntilForget(t *testing.T) {
 	if info, ok := w.Info(42); !ok || info.ServiceName != "checkout" {
 		t.Fatalf("info after exit = %+v, %v; want the service kept", info, ok)
 	}
-	w.ForgetExited()
+	w.ForgetExited(time.Now().Add(-time.Minute))
+	if _, ok := w.Info(42); !ok {
+		t.Fatal("info forgotten by a ForgetExited for exits before the exit")
+	}
+	w.ForgetExited(time.Now())
 	if _, ok := w.Info(42); ok {
 		t.Fatal("info kept after ForgetExited")
 	}

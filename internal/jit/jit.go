@@ -30,7 +30,7 @@ type Maps struct {
 
 	mu     sync.Mutex
 	pids   map[uint32]bool
-	exited map[uint32]bool
+	exited map[uint32]time.Time // when Exited marked the pid
 	// asked: JVMs asked since the last Round on a miss or by Final. A
 	// miss asks a JVM at once whatever the schedule's bound, so that a
 	// method compiled since the last request is named in the report that
@@ -45,7 +45,7 @@ func New(askJVMs bool, log *slog.Logger) *Maps {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Maps{log: log, pids: map[uint32]bool{}, exited: map[uint32]bool{}, asked: map[uint32]bool{}}
+	m := &Maps{log: log, pids: map[uint32]bool{}, exited: map[uint32]time.Time{}, asked: map[uint32]bool{}}
 	opts := perfmap.Options{}
 	if askJVMs {
 		// The cache reads each version a JVM writes before the next one
@@ -159,21 +159,25 @@ func (m *Maps) Exited(pid uint32) {
 		m.JVMs.Forget(pid) // nothing left to ask; its map stays read
 	}
 	m.mu.Lock()
-	m.exited[pid] = true
+	m.exited[pid] = time.Now()
 	m.mu.Unlock()
 }
 
-// ForgetExited drops what is known of the processes marked by Exited.
-func (m *Maps) ForgetExited() {
-	m.Cache.ForgetExited()
+// ForgetExited drops what is known of the processes marked by Exited
+// before before.
+func (m *Maps) ForgetExited(before time.Time) {
+	m.Cache.ForgetExited(before)
 	m.mu.Lock()
 	gone := make([]uint32, 0, len(m.exited))
-	for pid := range m.exited {
+	for pid, at := range m.exited {
+		if at.After(before) {
+			continue
+		}
 		delete(m.pids, pid)
 		delete(m.asked, pid)
+		delete(m.exited, pid)
 		gone = append(gone, pid)
 	}
-	clear(m.exited)
 	m.mu.Unlock()
 	if m.JVMs != nil {
 		for _, pid := range gone {

@@ -125,19 +125,22 @@ func (c *Cache) Load(pid uint32) {
 // ForgetExited, so that samples symbolized after the exit keep names.
 func (c *Cache) Exited(pid uint32) {
 	c.mu.Lock()
-	c.exited[pid] = true
+	c.exited[pid] = time.Now()
 	c.mu.Unlock()
 }
 
-// ForgetExited drops the tables of processes marked by Exited; call it
-// after the samples of the interval were symbolized.
-func (c *Cache) ForgetExited() {
+// ForgetExited drops the tables of processes marked by Exited before
+// before; call it after the samples of the interval were symbolized.
+func (c *Cache) ForgetExited(before time.Time) {
 	c.mu.Lock()
-	for pid := range c.exited {
+	for pid, at := range c.exited {
+		if at.After(before) {
+			continue
+		}
 		delete(c.tables, pid)
 		delete(c.watched, pid)
+		delete(c.exited, pid)
 	}
-	clear(c.exited)
 	c.mu.Unlock()
 }
 

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestCacheKeepsRewrittenEntries rewrites a map file the way HotSpot's
@@ -99,7 +100,11 @@ func TestCacheExitedProcess(t *testing.T) {
 		t.Errorf("Stats = %+v, want an exited read", st)
 	}
 	c.Exited(pid)
-	c.ForgetExited()
+	c.ForgetExited(time.Now().Add(-time.Minute))
+	if _, ok := c.Lookup(pid, 0x7f0000001010); !ok {
+		t.Error("ForgetExited for exits before the exit dropped the table")
+	}
+	c.ForgetExited(time.Now())
 	os.Remove(path)
 	if _, ok := c.Lookup(pid, 0x7f0000001010); ok {
 		t.Error("ForgetExited kept the table")

@@ -133,7 +133,7 @@ type Cache struct {
 	mu      sync.Mutex
 	tables  map[uint32]*entry
 	watched map[uint32]*watch
-	exited  map[uint32]bool
+	exited  map[uint32]time.Time // when Exited marked the pid
 
 	reads, bad, truncated, hits, kept, exitReads atomic.Uint64
 }
@@ -159,7 +159,7 @@ func New(opts Options) *Cache {
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = 1 << 20
 	}
-	return &Cache{opts: opts, tables: map[uint32]*entry{}, watched: map[uint32]*watch{}, exited: map[uint32]bool{}}
+	return &Cache{opts: opts, tables: map[uint32]*entry{}, watched: map[uint32]*watch{}, exited: map[uint32]time.Time{}}
 }
 
 // Stats returns the counts so far.

@@ -46,8 +46,9 @@ type Correlator interface {
 	Exec(pid uint32)
 	Exit(pid uint32)
 	Info(pid uint32) (correlate.Info, bool)
-	// ForgetExited drops what exited processes published, after a report.
-	ForgetExited()
+	// ForgetExited drops what the processes whose exit was handled before
+	// before published, after a report.
+	ForgetExited(before time.Time)
 }
 
 // RescanAfter is how long a process without a known context source waits

@@ -38,7 +38,7 @@ func (c *calls) Seen(pid uint32, rescan time.Duration) {
 func (c *calls) Exec(uint32)                        { c.add("exec") }
 func (c *calls) Exit(uint32)                        { c.add("exit") }
 func (c *calls) Info(uint32) (correlate.Info, bool) { return correlate.Info{ServiceName: "svc"}, true }
-func (c *calls) ForgetExited()                      {}
+func (c *calls) ForgetExited(time.Time)             {}
 func (c *calls) got() []string                      { c.mu.Lock(); defer c.mu.Unlock(); return slices.Clone(c.log) }
 func testConfig(t *testing.T) Config {
 	return Config{Frequency: 99, Symbolization: Symbolization{Mode: symbolize.ModeLocal},

@@ -73,8 +73,8 @@ func TestBeforeExec(t *testing.T) {
 		t.Errorf("parent's library not found by a re-read: %+v", p)
 	}
 
-	tr.ForgetExited()
-	tr.ForgetExited() // the image before pid 7's exec goes
+	tr.ForgetExited(time.Now())
+	tr.ForgetExited(time.Now()) // the image before pid 7's exec goes
 	if p := tr.Before(7, 0, inExec, 0x400000); p != nil {
 		t.Errorf("image before the exec still kept after two reports: %s", exePath(p))
 	}

@@ -96,7 +96,7 @@ func TestExitMaps(t *testing.T) {
 	if p := tr.Get(11); p.Exe != "/usr/bin/demo" || len(p.Mappings) != 1 {
 		t.Errorf("process 11 after its capture: %+v", p)
 	}
-	tr.ForgetExited()
+	tr.ForgetExited(time.Now())
 	if n := tr.OpenFiles(); n != 1 {
 		t.Errorf("%d files open after the processes were forgotten, want the held one", n)
 	}

@@ -78,7 +78,7 @@ func TestHoldKeepsReplacedImages(t *testing.T) {
 		p := tr.Get(9)
 		tr.Hold(p)
 		tr.Exit(9, time.Now())
-		tr.ForgetExited()
+		tr.ForgetExited(time.Now())
 		got, current := tr.Image(p.Gen())
 		if path(got) != b || current {
 			t.Fatalf("held image of a forgotten process: %s current %v, want %s", path(got), current, b)

@@ -58,7 +58,7 @@ func TestRefreshAddsLaterMappings(t *testing.T) {
 	if !gone.Exited || gone.Find(libAddr) == nil {
 		t.Fatalf("process gone since: exited %v, library mapping kept %v", gone.Exited, gone.Find(libAddr) != nil)
 	}
-	tr.ForgetExited()
+	tr.ForgetExited(time.Now())
 	if n := tr.OpenFiles(); n != 0 {
 		t.Fatalf("%d files still held after the process was forgotten", n)
 	}
@@ -95,7 +95,7 @@ func TestExitingProcessReadAsExited(t *testing.T) {
 	if p := tr.Get(9); !p.Exited || len(p.Mappings) != 1 {
 		t.Fatalf("exiting process read as exited %v with %d mappings, want exited with 1", p.Exited, len(p.Mappings))
 	}
-	tr.ForgetExited()
+	tr.ForgetExited(time.Now())
 	if tr.Len() != 0 {
 		t.Fatal("exiting process not forgotten after the report")
 	}

@@ -82,7 +82,7 @@ func TestReliabilityChurnSharesFiles(t *testing.T) {
 	if _, err := os.ReadFile(p.OpenPath(&p.Mappings[0])); err != nil {
 		t.Fatalf("shared handle not readable: %v", err)
 	}
-	tr.ForgetExited()
+	tr.ForgetExited(time.Now())
 	if got := tr.OpenFiles(); got != 0 {
 		t.Fatalf("%d handles left after every process was forgotten", got)
 	}
@@ -129,7 +129,7 @@ func TestReliabilityExecReleasesFiles(t *testing.T) {
 	if got := tr.OpenFiles(); got != 2 {
 		t.Fatalf("%d handles after both execs, want 2 (exe2 shared, exe kept as the image pid 8's sample holds)", got)
 	}
-	tr.ForgetExited()
+	tr.ForgetExited(time.Now())
 	if got := tr.OpenFiles(); got != 2 {
 		t.Fatalf("%d handles after a report while the sample is held, want 2", got)
 	}
@@ -159,7 +159,7 @@ func TestReliabilityProcessExitsMidRead(t *testing.T) {
 		}
 		<-done
 		tr.Exit(pid, time.Now())
-		tr.ForgetExited()
+		tr.ForgetExited(time.Now())
 	}
 	if got := tr.OpenFiles(); got != 0 {
 		t.Fatalf("%d handles left after all processes exited and were forgotten", got)

@@ -46,6 +46,9 @@ type Process struct {
 	ContainerID string
 	PodUID      string
 	Exited      bool
+	// exitedAt is when its exit event was handled (Exit); zero for a
+	// process found gone otherwise.
+	exitedAt time.Time
 	// Partial: the mappings are the executable's and the loader's only,
 	// placed from the exec image of a process gone before it could be
 	// read; its libraries are missing until its exit capture adds them.
@@ -296,16 +299,20 @@ func (t *Tracker) Exit(pid uint32, at time.Time) {
 	if !ok || !at.IsZero() && p.execAt.After(at) {
 		return
 	}
-	p.Exited = true
+	p.Exited, p.exitedAt = true, time.Now()
 }
 
-// ForgetExited drops exited processes, closing their files unless their
-// images are held (Hold). The agent calls it after each report.
-func (t *Tracker) ForgetExited() {
+// ForgetExited drops the processes whose exit was handled before before
+// (or that were found gone otherwise), closing their files unless their
+// images are held (Hold). The agent calls it after each report, with the
+// report's start less a grace: the samples of threads that outlive their
+// leader's exit event follow it in the stream, and may be handled after
+// the report.
+func (t *Tracker) ForgetExited(before time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for pid, p := range t.procs {
-		if p.Exited {
+		if p.Exited && !p.exitedAt.After(before) {
 			t.retire(p)
 			delete(t.procs, pid)
 		}
