@@ -332,10 +332,11 @@ func (a *Agent) wanted(pid uint32) bool {
 const exitGrace = time.Second
 
 // report builds the profile of the interval, hands it to every exporter
-// and forgets the processes that exited a grace before it. The samples go straight from the
-// collector into the aggregate the export encodes: with off-CPU sampling
-// an interval has tens of thousands, and holding them as profile samples
-// too would double what a report needs at its peak.
+// and forgets the processes that exited a grace before it. The samples
+// go straight from the collector into the aggregate the export encodes:
+// with off-CPU sampling an interval has tens of thousands, and holding
+// them as profile samples too would double what a report needs at its
+// peak.
 func (a *Agent) report() {
 	t0 := time.Now()
 	agg := profile.NewAggregator()
