@@ -163,7 +163,7 @@ offcpu() {
 	# its pid: it must find spans, not the shell that forked it. Started
 	# on the shell, the recording saw spans only at its exec, and its
 	# first spans, before the trace-context scan of the new image, went
-	# unlinked (100-300 ms of them under emulation).
+	# unlinked (about 130 ms of them under emulation).
 	exec 3<>"$W/go-spans"
 	"$R/spans" "$W/truth-offcpu" ${OFFCPU_SECONDS:-6} 2 <&3 >"$W/spans.out" &
 	s=$!
