@@ -117,15 +117,15 @@ const DefaultWindowProbe = time.Second
 // DefaultMaxAttrSets is Options.MaxAttrSets by default.
 const DefaultMaxAttrSets = 4096
 
-// sample is a record kept until the profile is built. Its stack and
-// thread name are ids into the collector's tables: between reports memory
-// grows by this struct per record (64 bytes), and by the distinct stacks
-// (addresses only, so symbolization happens once per distinct address).
 // maxReasons bounds the distinct wait reasons of records in an interval,
 // which sample.reason numbers; the Go runtime has fewer than 64 (a uint8 in
 // g.waitreason), and a reason beyond the bound reads as the stack's.
 const maxReasons = 1<<16 - 1
 
+// sample is a record kept until the profile is built. Its stack and
+// thread name are ids into the collector's tables: between reports memory
+// grows by this struct per record (64 bytes), and by the distinct stacks
+// (addresses only, so symbolization happens once per distinct address).
 type sample struct {
 	t     unixNano
 	value int64

@@ -119,7 +119,9 @@ type Sampler struct {
 // targetState is a target and what is known of its distinct stacks.
 type targetState struct {
 	*target
-	exe string // as the process names it (/proc/PID/exe's target)
+	// openPath opens the executable (/proc/PID/exe); exe is its path as
+	// the process names it.
+	openPath, exe string
 	// system says, per stack id, whether the stack is a system
 	// goroutine's.
 	system map[int]bool
@@ -178,7 +180,7 @@ func (s *Sampler) Add(pid uint32) error {
 	t := newTarget(pid, mem, info, bias)
 	t.native = newNativeUnwinder(exe, bias, mem, view.get, s.opts.Tables, s.log)
 	s.mu.Lock()
-	s.targets[pid] = &targetState{target: t, exe: p.Exe, system: map[int]bool{}}
+	s.targets[pid] = &targetState{target: t, openPath: exe, exe: p.Exe, system: map[int]bool{}}
 	s.mu.Unlock()
 	s.log.Debug("sampling goroutines", "pid", pid, "go", info.GoVersion, "g", info.GSource, "reasons", info.ReasonSource)
 	return nil
@@ -342,7 +344,7 @@ func (t *targetState) isSystem(s *Sampler, g *parkedG) bool {
 	}
 	sys := false
 	if n := len(g.pcs); n >= 2 && t.exe != "" {
-		obj, err := s.opts.Symbolizer.Open(filepath.Join("/proc", fmt.Sprint(t.pid), "exe"), t.exe)
+		obj, err := s.opts.Symbolizer.Open(t.openPath, t.exe)
 		if err == nil {
 			// Return addresses (all but the first pc): look up their
 			// call instructions.
