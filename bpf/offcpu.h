@@ -196,12 +196,16 @@ static __always_inline void offcpu_switch_out(void *ctx, struct task_struct *tas
 static __always_inline void offcpu_emit(__u32 tid)
 {
 	struct offcpu_pending *p;
-	__u64 d, size;
+	__u64 now, d, size;
 
 	p = bpf_map_lookup_elem(&offcpu_pending, &tid);
 	if (!p)
 		return;
-	d = bpf_ktime_get_ns() - p->s.ktime_ns;
+	/* The record is stamped at switch-in, the moment the thread ran
+	 * again: readers place the wait in [time - value, time]. */
+	now = bpf_ktime_get_ns();
+	d = now - p->s.ktime_ns;
+	p->s.ktime_ns = now;
 	p->s.value = offcpu_weighted(d, p->cycle_ns);
 	size = p->size;
 	if (size > sizeof(p->s))
