@@ -98,9 +98,10 @@ func (c *Cache) exitedPath(pid uint32) (string, os.FileInfo, error) {
 	if w.hostPath == "" {
 		return "", nil, errNoPath
 	}
-	if _, err := os.Stat(filepath.Join(c.opts.ProcRoot, strconv.FormatUint(uint64(pid), 10))); err == nil {
+	if _, err := os.Stat(filepath.Join(c.opts.ProcRoot, strconv.FormatUint(uint64(pid), 10), "root", "tmp")); err == nil {
 		return "", nil, errNoPath // alive: its own root was right
 	}
+	// Gone, or a zombie not yet reaped, whose root is gone already.
 	fi, err := os.Stat(w.hostPath)
 	if err != nil {
 		return "", nil, err
