@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -293,7 +294,10 @@ func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) 
 		f.jitRules[k] = jr
 		return jr.r, jr.ok
 	}
-	s := unwind.Stack{IP: r.UserIP, SP: r.UserSP, FP: r.UserBP, Window: r.StackTop, Chain: chain, JITRule: jitRule}
+	s := unwind.Stack{IP: r.UserIP, SP: r.UserSP, FP: r.UserBP, Window: r.StackTop, Chain: chain}
+	if decodeJIT {
+		s.JITRule = jitRule
+	}
 	frames, res := unwind.Walk(s, lookup, dst, maxUserFrames)
 	if res.Needed == 0 && (res.Stop == unwind.StopChainEnd || res.Stop == unwind.StopOutermost) && slices.Equal(frames[len(dst):], chain) {
 		if f.chains == nil || len(f.chains) >= maxChains {
@@ -327,6 +331,10 @@ func (f *CFILeafFixer) remember(k leafKey, off uint64, r unwind.Rule) map[uint64
 	}
 	return fr
 }
+
+// decodeJIT says whether the code of JIT regions is decoded as
+// unwind.EpilogueRule reads it: x86-64 instructions.
+var decodeJIT = runtime.GOARCH == "amd64"
 
 // readJITRule reads the code of p at pc, up to the end of its mapping,
 // and decodes the rule there from its instructions (unwind.EpilogueRule).
