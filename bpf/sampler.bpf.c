@@ -350,13 +350,16 @@ static __always_inline __u32 read_chunk(struct stack_snap *snap, __u64 addr, __u
 	return len;
 }
 
-/* read_more extends a window of STACK_SNAP_BYTES to want bytes, or to
- * the end of the page after the first chunk when the stack ends sooner.
- * Returns the bytes added. */
+/* read_more extends a window of STACK_SNAP_BYTES to want bytes, or, when
+ * the stack ends sooner (a main thread's stack, within want bytes of its
+ * top), to the end of the last whole page that can be read: the page
+ * after the first chunk, and as many more as the stack has. Returns the
+ * bytes added. */
 static __always_inline __u32 read_more(struct stack_sample *s, __u32 want)
 {
 	__u64 addr = s->user_sp + STACK_SNAP_BYTES;
-	__u32 n, page;
+	__u32 n, m, page;
+	int i;
 
 	if (want > STACK_WINDOW_MAX)
 		want = STACK_WINDOW_MAX;
@@ -366,10 +369,16 @@ static __always_inline __u32 read_more(struct stack_sample *s, __u32 want)
 	if (!bpf_probe_read_user(&s->data[STACK_SNAP_BYTES / 8], n, (void *)addr))
 		return n;
 	page = (4096 - (addr & 4095)) & 4095;
-	if (page < n)
-		n = page;
-	if (n && !bpf_probe_read_user(&s->data[STACK_SNAP_BYTES / 8], n, (void *)addr))
-		return n;
+	for (i = STACK_WINDOW_MAX / 4096; i >= 0; i--) {
+		m = page + (__u32)i * 4096;
+		if (m >= n)
+			continue; /* n itself failed */
+		m &= STACK_WINDOW_MAX - 1;
+		if (!m || m > STACK_WINDOW_MAX - STACK_SNAP_BYTES)
+			continue;
+		if (!bpf_probe_read_user(&s->data[STACK_SNAP_BYTES / 8], m, (void *)addr))
+			return m;
+	}
 	return 0;
 }
 

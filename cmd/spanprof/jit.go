@@ -14,7 +14,10 @@ import (
 func reportJIT(j *jit.Maps, log *slog.Logger, stderr io.Writer) {
 	st := j.Cache.Stats()
 	log.Debug("perf maps", "reads", st.Reads, "named", st.Hits, "bad_lines", st.BadLines,
-		"truncated", st.Truncated, "kept_from_rewrites", st.Kept, "read_after_exit", st.Exited)
+		"truncated", st.Truncated, "kept_from_rewrites", st.Kept, "read_after_exit", st.Exited, "malformed_jitdumps", st.BadDumps)
+	if st.BadDumps > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d reads of jitdump files found them malformed; their JIT frames after the damage stay unnamed\n", st.BadDumps)
+	}
 	js := j.Stats()
 	if js.Attaches+js.Failures+js.Exited == 0 {
 		return

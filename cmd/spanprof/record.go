@@ -356,9 +356,9 @@ loop:
 	if st.StacksCut > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))
 	}
-	if st.UnwindCFIFrames > 0 || st.UnwindWindowCut > 0 || st.UnwindNoInfo > 0 || st.UnwindBadRule > 0 || st.UnwindBelowWindow > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers; stacks cut: %d by the stack window (%d windows sized, %d widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated\n",
-			st.UnwindCFIFrames, st.Samples, st.UnwindWindowCut, st.WindowsSized, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule)
+	if st.UnwindCFIFrames > 0 || st.UnwindWindowCut > 0 || st.UnwindNoInfo > 0 || st.UnwindBadRule > 0 || st.UnwindBelowWindow > 0 || st.UnwindLinkFrames > 0 || st.UnwindBadLink > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers, %d in JIT code by its instructions or frame links; stacks cut: %d by the stack window (%d windows sized, %d widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated, %d at JIT frame links that failed their checks\n",
+			st.UnwindCFIFrames, st.Samples, st.UnwindLinkFrames, st.UnwindWindowCut, st.WindowsSized, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule, st.UnwindBadLink)
 	}
 	if st.PreExec > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d %s taken while a process was starting a new program (exec); %d were named after the program it ran before\n",

@@ -178,6 +178,14 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 				Help: "User stacks ending at a CFA rule the unwinder cannot evaluate (a DWARF expression, the frame pointer in another register).",
 			}, func() float64 { return float64(a.collector.Stats().UnwindBadRule) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_link_frames_total",
+				Help: "User frames found by following the frame pointer of JIT code (CPython's perf trampolines, compiled Java methods) off the kernel's frame-pointer chain.",
+			}, func() float64 { return float64(a.collector.Stats().UnwindLinkFrames) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "spanprof_unwind_bad_link_total",
+				Help: "User stacks ending at JIT code whose frame pointer was not a frame link (below the stack pointer, misaligned, or its return address into no code).",
+			}, func() float64 { return float64(a.collector.Stats().UnwindBadLink) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "spanprof_stack_windows_widened_total",
 				Help: "Times a process's stack window was widened after the window cut one of its stacks.",
 			}, func() float64 { return float64(a.collector.Stats().WindowsWidened) }),

@@ -84,6 +84,8 @@ func registerJIT(reg prometheus.Registerer, j *jit.Maps) {
 			func(st perfmap.Stats) uint64 { return st.Reads }),
 		pm("spanprof_perf_map_bad_lines_total", "Lines of perf map files that did not parse and were skipped.",
 			func(st perfmap.Stats) uint64 { return st.BadLines }),
+		pm("spanprof_jitdump_malformed_total", "Reads of jitdump files (/tmp/jit-PID.dump, read for processes without a perf map) that found the header or a record malformed; the records before a bad one are kept.",
+			func(st perfmap.Stats) uint64 { return st.BadDumps }),
 		pm("spanprof_perf_map_kept_entries_total", "Entries of earlier versions of rewritten perf maps (a JVM's) kept because no new entry covers their code.",
 			func(st perfmap.Stats) uint64 { return st.Kept }),
 	)

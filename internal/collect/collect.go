@@ -185,6 +185,13 @@ type Stats struct {
 	// them (unwind.StopBelowWindow): their windows are not widened, since
 	// one holding those frames would hold the whole stack.
 	UnwindBelowWindow uint64
+	// UnwindLinkFrames counts the frames of JIT code off the kernel's
+	// chain left by the rule of their instructions (CPython's perf
+	// trampolines under frameless interpreter code) or by their
+	// frame-pointer link (unwind.Result.JITFrames); UnwindBadLink the
+	// stacks ending at JIT code whose frame pointer failed the checks of
+	// such a link (unwind.StopBadLink).
+	UnwindLinkFrames, UnwindBadLink uint64
 	// WindowsWidened counts the times a process's window was widened
 	// (Options.StackWindow) after a stack was cut by it; WindowsSized the
 	// processes whose window was sized after Options.WindowProbe;
@@ -513,6 +520,7 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 	}
 	if res != nil {
 		c.stats.UnwindCFIFrames += uint64(res.CFIFrames)
+		c.stats.UnwindLinkFrames += uint64(res.JITFrames)
 		switch res.Stop {
 		case unwind.StopWindow:
 			c.stats.UnwindWindowCut++
@@ -522,6 +530,8 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 			c.stats.UnwindNoInfo++
 		case unwind.StopBadRule:
 			c.stats.UnwindBadRule++
+		case unwind.StopBadLink:
+			c.stats.UnwindBadLink++
 		}
 	}
 	if len(user) == 0 {

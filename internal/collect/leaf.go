@@ -2,8 +2,12 @@ package collect
 
 import (
 	"debug/elf"
+	"fmt"
 	"hash/maphash"
+	"os"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -45,7 +49,26 @@ type CFILeafFixer struct {
 	// hash and a comparison instead of a rule lookup per frame.
 	chains map[chainKey]confirmed
 	seed   maphash.Seed
+	// jitRules remembers, by process and address, the rule of JIT code
+	// read from its instructions (unwind.EpilogueRule), ok or not:
+	// CPython's perf trampolines are a few hundred addresses a process,
+	// never rewritten while it runs.
+	jitRules map[jitKey]jitRule
 }
+
+// jitKey names an address of JIT code in a process.
+type jitKey struct {
+	p  *proc.Process
+	pc uint64
+}
+
+type jitRule struct {
+	r  unwind.Rule
+	ok bool
+}
+
+// maxJITRules bounds jitRules; past it the map starts afresh.
+const maxJITRules = 65536
 
 // confirmed is a chain a walk confirmed, and how that walk ended.
 type confirmed struct {
@@ -211,7 +234,9 @@ const maxUserFrames = 127
 // Unwind implements StackUnwinder: the hybrid walk of unwind.Walk over
 // r's window and the kernel's chain, with the rules of p's mapped files.
 // Anonymous code (JIT, the vDSO) has no rules: there the kernel's chain is
-// followed when the frame pointer is the one it walked from.
+// followed when the frame pointer is the one it walked from, and JIT code
+// off the chain is left by its frame-pointer link when that link checks
+// out (unwind.Walk).
 func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) ([]uint64, unwind.Result) {
 	chain := r.UserStack
 	key := chainKey{p, maphash.Bytes(f.seedOnce(), unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(chain))), 8*len(chain)))}
@@ -240,7 +265,10 @@ func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) 
 			known = f.rules[k]
 		}
 		if m.Anonymous() {
-			return unwind.Rule{}
+			// Executable memory no file backs, other than the kernel's
+			// special regions ([vdso]): a JIT's code, whose frames the
+			// walk may leave by their frame-pointer link.
+			return unwind.Rule{JIT: m.Path == "" || strings.HasPrefix(m.Path, "[anon")}
 		}
 		off := pc - m.Start + m.Offset
 		if r, ok := known[off]; ok {
@@ -252,7 +280,24 @@ func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) 
 		known = f.remember(k, off, r)
 		return r
 	}
+	jitRule := func(pc uint64) (unwind.Rule, bool) {
+		k := jitKey{p, pc}
+		if jr, ok := f.jitRules[k]; ok {
+			return jr.r, jr.ok
+		}
+		f.mu.Unlock()
+		jr := readJITRule(p, pc)
+		f.mu.Lock()
+		if f.jitRules == nil || len(f.jitRules) >= maxJITRules {
+			f.jitRules = map[jitKey]jitRule{}
+		}
+		f.jitRules[k] = jr
+		return jr.r, jr.ok
+	}
 	s := unwind.Stack{IP: r.UserIP, SP: r.UserSP, FP: r.UserBP, Window: r.StackTop, Chain: chain}
+	if decodeJIT {
+		s.JITRule = jitRule
+	}
 	frames, res := unwind.Walk(s, lookup, dst, maxUserFrames)
 	if res.Needed == 0 && (res.Stop == unwind.StopChainEnd || res.Stop == unwind.StopOutermost) && slices.Equal(frames[len(dst):], chain) {
 		if f.chains == nil || len(f.chains) >= maxChains {
@@ -285,4 +330,27 @@ func (f *CFILeafFixer) remember(k leafKey, off uint64, r unwind.Rule) map[uint64
 		f.nrules++
 	}
 	return fr
+}
+
+// decodeJIT says whether the code of JIT regions is decoded as
+// unwind.EpilogueRule reads it: x86-64 instructions.
+var decodeJIT = runtime.GOARCH == "amd64"
+
+// readJITRule reads the code of p at pc, up to the end of its mapping,
+// and decodes the rule there from its instructions (unwind.EpilogueRule).
+func readJITRule(p *proc.Process, pc uint64) jitRule {
+	m := p.Find(pc)
+	if m == nil {
+		return jitRule{}
+	}
+	n := min(uint64(unwind.MaxEpilogue), m.End-pc)
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", p.PID))
+	if err != nil {
+		return jitRule{}
+	}
+	defer f.Close()
+	code := make([]byte, n)
+	got, _ := f.ReadAt(code, int64(pc))
+	r, ok := unwind.EpilogueRule(code[:got])
+	return jitRule{r, ok}
 }

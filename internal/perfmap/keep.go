@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -97,9 +98,10 @@ func (c *Cache) exitedPath(pid uint32) (string, os.FileInfo, error) {
 	if w.hostPath == "" {
 		return "", nil, errNoPath
 	}
-	if _, err := os.Stat(filepath.Join(c.opts.ProcRoot, strconv.FormatUint(uint64(pid), 10))); err == nil {
+	if _, err := os.Stat(filepath.Join(c.opts.ProcRoot, strconv.FormatUint(uint64(pid), 10), "root", "tmp")); err == nil {
 		return "", nil, errNoPath // alive: its own root was right
 	}
+	// Gone, or a zombie not yet reaped, whose root is gone already.
 	fi, err := os.Stat(w.hostPath)
 	if err != nil {
 		return "", nil, err
@@ -111,6 +113,26 @@ func (c *Cache) exitedPath(pid uint32) (string, os.FileInfo, error) {
 	}
 	c.exitReads.Add(1)
 	return w.hostPath, fi, nil
+}
+
+// dumpPath is the jitdump file beside a perf map: /tmp/jit-N.dump for
+// /tmp/perf-N.map.
+func dumpPath(mapPath string) string {
+	dir, base := filepath.Split(mapPath)
+	return dir + "jit-" + strings.TrimSuffix(strings.TrimPrefix(base, "perf-"), ".map") + ".dump"
+}
+
+// exitedDumpPath is exitedPath for the jitdump of a watched process.
+func (c *Cache) exitedDumpPath(pid uint32) (string, os.FileInfo, error) {
+	w := c.watched[pid]
+	if w.hostPath == "" {
+		return "", nil, errNoPath
+	}
+	saved := *w
+	w.hostPath = dumpPath(w.hostPath)
+	path, fi, err := c.exitedPath(pid)
+	*w = saved
+	return path, fi, err
 }
 
 // Load reads pid's map file now if it changed, as a JIT that rewrites it

@@ -1,8 +1,9 @@
 // Package perfmap names JIT-compiled code from the /tmp/perf-PID.map
 // files that JITs (V8/Node --perf-basic-prof, the JVM with perf-map-agent,
 // .NET, LuaJIT, Python 3.12 -Xperf) write: one "START SIZE name" line per
-// function, START and SIZE in hex. Such code lives in anonymous
-// executable memory that no ELF file describes.
+// function, START and SIZE in hex; or, for a process without one, from
+// its /tmp/jit-PID.dump jitdump file (Python 3.13 -X perf_jit). Such code
+// lives in anonymous executable memory that no ELF file describes.
 package perfmap
 
 import (
@@ -123,6 +124,9 @@ type Stats struct {
 	Hits      uint64 // addresses named
 	Kept      uint64 // entries of earlier versions of a rewritten file kept
 	Exited    uint64 // files read after their process exited (Watch)
+	// BadDumps counts jitdump reads that found the file malformed (its
+	// header, or a record: the records before it are kept).
+	BadDumps uint64
 }
 
 // Cache reads the map files of processes on demand and re-reads one when
@@ -135,7 +139,7 @@ type Cache struct {
 	watched map[uint32]*watch
 	exited  map[uint32]time.Time // when Exited marked the pid
 
-	reads, bad, truncated, hits, kept, exitReads atomic.Uint64
+	reads, bad, truncated, hits, kept, exitReads, badDumps atomic.Uint64
 }
 
 type entry struct {
@@ -165,7 +169,7 @@ func New(opts Options) *Cache {
 // Stats returns the counts so far.
 func (c *Cache) Stats() Stats {
 	return Stats{Reads: c.reads.Load(), BadLines: c.bad.Load(), Truncated: c.truncated.Load(), Hits: c.hits.Load(),
-		Kept: c.kept.Load(), Exited: c.exitReads.Load()}
+		Kept: c.kept.Load(), Exited: c.exitReads.Load(), BadDumps: c.badDumps.Load()}
 }
 
 // Lookup names addr in process pid. A miss re-reads the map file when it
@@ -211,6 +215,14 @@ func (c *Cache) refresh(pid uint32, e *entry) *entry {
 	if err != nil && c.watched[pid] != nil {
 		path, fi, err = c.exitedPath(pid)
 	}
+	if err != nil {
+		// No perf map: a jitdump, which some JITs write instead
+		// (CPython 3.13 -X perf_jit).
+		path = dumpPath(c.path(pid))
+		if fi, err = os.Stat(path); err != nil && c.watched[pid] != nil {
+			path, fi, err = c.exitedDumpPath(pid)
+		}
+	}
 	if err != nil || !fi.Mode().IsRegular() {
 		return e
 	}
@@ -226,10 +238,25 @@ func (c *Cache) refresh(pid uint32, e *entry) *entry {
 	if fi.Size() > c.opts.MaxBytes {
 		c.truncated.Add(1)
 	}
-	t, bad, err := Parse(io.LimitReader(f, c.opts.MaxBytes))
-	c.bad.Add(uint64(bad))
-	if err != nil {
-		return e
+	var t *Table
+	if strings.HasSuffix(path, ".dump") {
+		b, rerr := io.ReadAll(io.LimitReader(f, c.opts.MaxBytes))
+		if rerr != nil {
+			return e
+		}
+		if t, err = ParseJITDump(b); err != nil {
+			c.badDumps.Add(1)
+			if t == nil {
+				return e
+			}
+		}
+	} else {
+		var bad int
+		t, bad, err = Parse(io.LimitReader(f, c.opts.MaxBytes))
+		c.bad.Add(uint64(bad))
+		if err != nil {
+			return e
+		}
 	}
 	if e != nil {
 		t = c.keep(t, e.t)

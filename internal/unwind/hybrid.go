@@ -13,6 +13,10 @@ type Stack struct {
 	// the return address it read at f(i-1)+8, where f(0) is FP and f(i)
 	// the word at f(i-1).
 	Chain []uint64
+	// JITRule, when set, returns the rule of JIT code at pc (a return
+	// address, or IP) read from its instructions (EpilogueRule), ok false
+	// when they are not a straight run to a return or cannot be read.
+	JITRule func(pc uint64) (r Rule, ok bool)
 }
 
 // Stop says why a walk ended.
@@ -42,9 +46,15 @@ const (
 	// walk ended too). A window holding them would hold the whole stack:
 	// the frames up to there are kept, and the window is not widened.
 	StopBelowWindow
+	// StopBadLink: code without a rule in anonymous executable memory
+	// (Rule.JIT), off the kernel's chain, whose frame pointer is not a
+	// frame link the walk can follow: not above the stack pointer, not
+	// aligned, or its return address not into code with a rule or JIT
+	// code.
+	StopBadLink
 )
 
-var stopNames = [...]string{"outermost", "chain end", "window", "no unwind info", "bad rule", "depth", "below window"}
+var stopNames = [...]string{"outermost", "chain end", "window", "no unwind info", "bad rule", "depth", "below window", "bad frame link"}
 
 func (s Stop) String() string {
 	if int(s) < len(stopNames) {
@@ -66,6 +76,10 @@ type Result struct {
 	// CFIFrames counts the frames found by CFA rules in the window rather
 	// than taken from the kernel's chain.
 	CFIFrames int
+	// JITFrames counts the frames of JIT code off the kernel's chain
+	// left by the rule of their instructions (Stack.JITRule: CPython's
+	// perf trampolines) or by their frame-pointer link.
+	JITFrames int
 	// Needed is how many bytes of the window from SP the walk read, or
 	// would have read for the word it stopped at (StopWindow): what a
 	// window must hold for this stack, less the entry code under a deep
@@ -117,6 +131,14 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 			q = pc - 1 // the call instruction: a return address may start the next function
 		}
 		r := lookup(q)
+		jit := false
+		if r.JIT && at < 0 && s.JITRule != nil {
+			// JIT code off the kernel's chain: its own instructions
+			// may say where its caller is.
+			if jr, ok := s.JITRule(pc); ok {
+				r, jit = jr, true
+			}
+		}
 		if r.Outermost {
 			res.Stop = StopOutermost
 			return frames, res
@@ -179,7 +201,11 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 				fpOK, at = false, -1
 			}
 			sp, spOK = cfa, true
-			res.CFIFrames++
+			if jit {
+				res.JITFrames++
+			} else {
+				res.CFIFrames++
+			}
 			fromChain = false
 		case at >= 0:
 			// No rule: code without tables (JIT code, a stripped
@@ -191,6 +217,23 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 				return frames, res
 			}
 			fromChain = true
+		case r.JIT && fpOK && !first:
+			// JIT code off the kernel's chain: a trampoline or compiled
+			// method that keeps a frame pointer (push rbp; mov rsp, rbp)
+			// called from, or calling, frameless code that used rbp as a
+			// general register, so the kernel's walk lost it. rbp, as
+			// the rules restored it, is followed when it is a frame link.
+			// A return address into JIT code is past its prologue, so
+			// its frame is set up; a sampled JIT leaf may not be, and is
+			// not left this way (StopNoInfo).
+			var stop Stop
+			if ra, stop = w.link(&sp, &fp, &at, spOK, lookup); stop != linkOK {
+				res.Stop = stop
+				return frames, res
+			}
+			spOK = true
+			res.JITFrames++
+			fromChain = false
 		default:
 			res.Stop = StopNoInfo
 			return frames, res
@@ -221,6 +264,40 @@ func (w *walker) chainStep(at *int, sp, fp *uint64, spOK, fpOK *bool) (uint64, b
 	*at++
 	*fp, *fpOK = w.chainFP(*at)
 	return ra, true
+}
+
+// linkOK is link's answer when the link was followed.
+const linkOK Stop = 255
+
+// link follows the frame-pointer link of a frame of JIT code at stack
+// pointer sp whose frame pointer is fp: the caller's frame pointer at fp,
+// its return address at fp+8. The link is followed only when fp lies at
+// or above sp (a frame without locals, such as a trampoline's, calls with
+// rsp == rbp; the caller's sp, fp+16, is above it either way, so the walk
+// always moves up the stack), is aligned, both words lie in the window, and the
+// return address returns into code with a rule or into JIT code; anything
+// else stops the walk (StopBadLink, or StopWindow for words beyond the
+// window), since a frame pointer that fails a check is a general register
+// and what it points at is not a frame.
+func (w *walker) link(sp, fp *uint64, at *int, spOK bool, lookup Lookup) (uint64, Stop) {
+	if !spOK || *fp < *sp || *fp&7 != 0 {
+		return 0, StopBadLink
+	}
+	next, ok1 := w.word(*fp)
+	ra, ok2 := w.word(*fp + 8)
+	if !ok1 || !ok2 {
+		return 0, StopWindow
+	}
+	if ra == 0 {
+		return 0, StopBadLink
+	}
+	if r := lookup(ra - 1); r.Kind == Unknown && !r.Outermost && !r.JIT {
+		return 0, StopBadLink
+	}
+	*sp = *fp + 16
+	*fp = next
+	*at = w.match(next)
+	return ra, linkOK
 }
 
 // cut says why a walk stopped for bytes beyond the window. Below the

@@ -321,3 +321,142 @@ func TestWalkEntryNotNeeded(t *testing.T) {
 		}
 	}
 }
+
+// jitCode adds a region of JIT code (no table) to the synthetic functions.
+const fnJIT = 0xb000
+
+func jitLookup(pc uint64) Rule {
+	if pc >= fnJIT && pc < fnJIT+0x100 {
+		return Rule{JIT: true}
+	}
+	return synthetic.lookup(pc)
+}
+
+// pythonStack lays out CPython's shape under -X perf: main calls the
+// frameless evaluator (rbp saved and used as a general register), which
+// calls a trampoline of JIT code (push rbp; mov rsp, rbp; call), which
+// calls the evaluator again, which calls a frameless leaf. tramp changes
+// the trampoline's frame link before the evaluator's frame is pushed.
+func pythonStack(b *stackBuilder, tramp func(b *stackBuilder, bp uint64) uint64) (ip, bp uint64) {
+	b.push(0)
+	bp0 := b.fpFrame(ret(fnStart), 0) // main
+	b.push(ret(fnMain))               // main calls the evaluator
+	b.push(bp0)                       // which saves rbp at CFA-16
+	b.push(0x1111)
+	b.push(ret(fnGPR))      // the evaluator calls the trampoline
+	trampBP := b.push(0x50) // which saves the evaluator's rbp (a number)
+	trampBP = tramp(b, trampBP)
+	b.push(ret(fnJIT)) // the trampoline calls the evaluator
+	b.push(trampBP)    // which saves the trampoline's rbp
+	b.push(0x2222)
+	b.push(ret(fnGPR)) // the evaluator calls the leaf
+	return fnLeaf + 0x20, 0x77
+}
+
+// TestWalkJITLink: JIT code off the kernel's chain is left by its
+// frame-pointer link when every check holds, and the walk stops, counted,
+// when one fails.
+func TestWalkJITLink(t *testing.T) {
+	keep := func(b *stackBuilder, bp uint64) uint64 { return bp }
+	tests := []struct {
+		name   string
+		tramp  func(b *stackBuilder, bp uint64) uint64
+		ip     uint64 // the sampled address, when not the leaf's
+		window int
+		frames []uint64
+		stop   Stop
+		links  int
+	}{{
+		name: "a trampoline between frameless frames", tramp: keep, window: 1024,
+		frames: []uint64{fnLeaf + 0x20, ret(fnGPR), ret(fnJIT), ret(fnGPR), ret(fnMain), ret(fnStart)},
+		stop:   StopOutermost, links: 1,
+	}, {
+		name: "the link below the stack pointer", window: 1024,
+		tramp:  func(b *stackBuilder, bp uint64) uint64 { return b.sp - 64 },
+		frames: []uint64{fnLeaf + 0x20, ret(fnGPR), ret(fnJIT)},
+		stop:   StopBadLink,
+	}, {
+		name: "the link misaligned", window: 1024,
+		tramp:  func(b *stackBuilder, bp uint64) uint64 { return bp + 4 },
+		frames: []uint64{fnLeaf + 0x20, ret(fnGPR), ret(fnJIT)},
+		stop:   StopBadLink,
+	}, {
+		name: "the link's return address into no code", window: 1024,
+		tramp: func(b *stackBuilder, bp uint64) uint64 {
+			b.push(0x99999) // a word that is no return address
+			return b.push(bp)
+		},
+		frames: []uint64{fnLeaf + 0x20, ret(fnGPR), ret(fnJIT)},
+		stop:   StopBadLink,
+	}, {
+		name: "the link beyond the window", window: 1024,
+		tramp: func(b *stackBuilder, bp uint64) uint64 {
+			return bp + 4096 // a well-formed address the window does not hold
+		},
+		frames: []uint64{fnLeaf + 0x20, ret(fnGPR), ret(fnJIT)},
+		stop:   StopWindow,
+	}, {
+		name: "a JIT leaf is not left by its link", tramp: keep, ip: fnJIT + 0x08, window: 1024,
+		frames: []uint64{fnJIT + 0x08},
+		stop:   StopNoInfo,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newStack()
+			ip, bp := pythonStack(b, tt.tramp)
+			if tt.ip != 0 {
+				ip = tt.ip
+			}
+			s := Stack{IP: ip, SP: b.sp, FP: bp, Window: b.window(b.sp, tt.window), Chain: b.kernelChain(ip, bp)}
+			frames, res := Walk(s, jitLookup, nil, 127)
+			if !slices.Equal(frames, tt.frames) || res.Stop != tt.stop || res.JITFrames != tt.links {
+				t.Errorf("Walk = %#x, %v, %d link frames; want %#x, %v, %d", frames, res.Stop, res.JITFrames, tt.frames, tt.stop, tt.links)
+			}
+		})
+	}
+	// Without the JIT mark the same stack stops at the trampoline.
+	b := newStack()
+	ip, bp := pythonStack(b, keep)
+	s := Stack{IP: ip, SP: b.sp, FP: bp, Window: b.window(b.sp, 1024), Chain: b.kernelChain(ip, bp)}
+	if frames, res := Walk(s, synthetic.lookup, nil, 127); res.Stop != StopNoInfo || len(frames) != 3 {
+		t.Errorf("without JIT regions: Walk = %#x, %v; want 3 frames, no unwind info", frames, res.Stop)
+	}
+}
+
+// TestWalkJITRule: CPython's perf trampoline of 3.12 and 3.13 (sub $8,
+// %rsp; call *%rcx; add $8, %rsp; ret) keeps no frame pointer; the rule
+// its instructions give at the return address (Stack.JITRule) takes the
+// walk on to its caller, and without them it stops there.
+func TestWalkJITRule(t *testing.T) {
+	b := newStack()
+	b.push(0)
+	bp0 := b.fpFrame(ret(fnStart), 0) // main
+	b.push(ret(fnMain))               // main calls the evaluator
+	b.push(bp0)                       // which saves rbp at CFA-16
+	b.push(0x1111)
+	b.push(ret(fnGPR)) // the evaluator calls the trampoline
+	b.push(0xaaaa)     // which subtracts 8 from rsp
+	b.push(ret(fnJIT)) // and calls the evaluator
+	b.push(0x50)       // which saves rbp, a number the first evaluator left there
+	b.push(0x2222)
+	b.push(ret(fnGPR)) // the evaluator calls the leaf
+	ip := uint64(fnLeaf + 0x20)
+	rules := func(pc uint64) (Rule, bool) {
+		if pc == ret(fnJIT) {
+			return EpilogueRule([]byte{0x48, 0x83, 0xc4, 0x08, 0xc3})
+		}
+		return Rule{}, false
+	}
+	s := Stack{IP: ip, SP: b.sp, FP: 0x77, Window: b.window(b.sp, 1024), Chain: b.kernelChain(ip, 0x77), JITRule: rules}
+	frames, res := Walk(s, jitLookup, nil, 127)
+	want := []uint64{ip, ret(fnGPR), ret(fnJIT), ret(fnGPR), ret(fnMain), ret(fnStart)}
+	if !slices.Equal(frames, want) || res.Stop != StopOutermost || res.JITFrames != 1 {
+		t.Errorf("Walk = %#x, %v, %d JIT frames; want %#x, outermost, 1", frames, res.Stop, res.JITFrames, want)
+	}
+	s.JITRule = func(uint64) (Rule, bool) { return Rule{}, false }
+	frames, res = Walk(s, jitLookup, nil, 127)
+	// rbp (0x50) is no frame link: the walk stops at the trampoline.
+	if !slices.Equal(frames, want[:3]) || res.Stop != StopBadLink {
+		t.Errorf("without the instructions' rule: Walk = %#x, %v; want %#x, %v", frames, res.Stop, want[:3], StopBadLink)
+	}
+}

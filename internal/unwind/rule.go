@@ -56,6 +56,11 @@ type Rule struct {
 	// the return-address column), which marks the first frame of a stack
 	// (_start, the child side of clone3): the walk ends there cleanly.
 	Outermost bool
+	// JIT: no table covers the address, but it lies in anonymous
+	// executable memory (a JIT's code, CPython's perf trampolines). The
+	// walk may leave such a frame by its frame-pointer link (Walk), and
+	// a frame-pointer link may return into it.
+	JIT bool
 	// plt, in a table's rows, is the threshold of a PLT's CFA expression
 	// (pltExpression); RuleAt resolves it at the address asked.
 	plt uint8
