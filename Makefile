@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps test vet demo demo-trace bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-bench
+	java-sdk java-sdk-test java-sdk-test-summary java-bench
 
 all: build
 
@@ -113,8 +113,14 @@ java-sdk:
 	$(MVN) -DskipTests package
 java-sdk-test: java-sdk
 	$(MVN) surefire:test
-	@if [ -x $(JAVA25)/bin/java ]; then $(MVN) surefire:test -Djvm=$(JAVA25)/bin/java; \
+	@$(MAKE) -s java-sdk-test-summary JVER=17
+	@if [ -x $(JAVA25)/bin/java ]; then $(MVN) surefire:test -Djvm=$(JAVA25)/bin/java && \
+		$(MAKE) -s java-sdk-test-summary JVER=25; \
 	else echo "java-sdk-test: no Java 25 at $(JAVA25), its run skipped"; fi
+# mvn -q prints nothing on success: say what surefire ran.
+java-sdk-test-summary:
+	@cat sdk/java/build/surefire-reports/TEST-*.xml | grep -o '<testsuite [^>]*' | \
+		sed -E 's/.*tests="([0-9]+)".*errors="([0-9]+)".*skipped="([0-9]+)".*failures="([0-9]+)".*/sdk\/java (Java $(JVER)): \1 tests, \2 errors, \4 failures, \3 skipped/'
 
 # JMH: ns per context attach+restore with the spanprof wrapper against the
 # plain SDK storage (sdk/java/src/test/java/dev/spanprof/otel/bench).
