@@ -78,7 +78,8 @@ public final class SpanprofThreadContext {
           threads(),
           virtualThreadAttachesSkipped(),
           disabledAttachesSkipped(),
-          NativeLib.loaded() ? "loaded" : NativeLib.unavailable,
+          // Unwrapped, nothing loaded it: do not load it at shutdown just to say.
+          !wrapped ? "not needed" : NativeLib.loaded() ? "loaded" : NativeLib.unavailable,
           restoresPublishedNull(),
           foreignThreadCloses());
     }
@@ -103,11 +104,31 @@ public final class SpanprofThreadContext {
     if (!installed.compareAndSet(false, true)) {
       return;
     }
+    if (storageInitialized()) {
+      System.err.println("spanprof-otel: the OpenTelemetry context storage is already in use, so the thread"
+          + " context cannot be published: call SpanprofThreadContext.install() before the first span or"
+          + " context is made current (or use SDK autoconfigure / the Java agent extension)");
+    }
     ContextStorage.addWrapper(SpanprofContextStorage::new);
     // stderr, not java.util.logging: the log manager resets its handlers
     // in its own shutdown hook, which may run first.
     Runtime.getRuntime()
         .addShutdownHook(new Thread(() -> System.err.println(STATS), "spanprof-otel-stats"));
+  }
+
+  /**
+   * Whether OpenTelemetry already built its context storage, after which it ignores wrappers (and
+   * says so only at FINE). Read by reflection, as nothing public tells; false when that fails.
+   */
+  private static boolean storageInitialized() {
+    try {
+      Class<?> w = Class.forName(ContextStorage.class.getName() + "Wrappers", false, ContextStorage.class.getClassLoader());
+      java.lang.reflect.Field f = w.getDeclaredField("storageInitialized");
+      f.setAccessible(true);
+      return f.getBoolean(null);
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      return false;
+    }
   }
 
   /**
