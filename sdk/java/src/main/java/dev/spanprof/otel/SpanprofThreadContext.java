@@ -27,6 +27,7 @@ public final class SpanprofThreadContext {
     final LongAdder setupFailures = new LongAdder();
     final LongAdder lostRestores = new LongAdder();
     final LongAdder foreignCloses = new LongAdder();
+    final LongAdder errors = new LongAdder();
     volatile boolean wrapped;
 
     private Stats() {}
@@ -64,6 +65,11 @@ public final class SpanprofThreadContext {
       return foreignCloses.sum();
     }
 
+    /** Context switches whose record could not be written (NULL published instead). */
+    public long errors() {
+      return errors.sum();
+    }
+
     /** Whether the context storage in use is wrapped, i.e. attaches are being published. */
     public boolean storageWrapped() {
       return wrapped;
@@ -73,7 +79,8 @@ public final class SpanprofThreadContext {
     public String toString() {
       return String.format(
           "spanprof-otel: thread context %s; %d threads set up; %d virtual-thread attaches not published;"
-              + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread",
+              + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread;"
+              + " %d switches failed",
           wrapped ? "published" : "NOT published (context storage not wrapped)",
           threads(),
           virtualThreadAttachesSkipped(),
@@ -81,7 +88,8 @@ public final class SpanprofThreadContext {
           // Unwrapped, nothing loaded it: do not load it at shutdown just to say.
           !wrapped ? "not needed" : NativeLib.loaded() ? "loaded" : NativeLib.unavailable,
           restoresPublishedNull(),
-          foreignThreadCloses());
+          foreignThreadCloses(),
+          errors());
     }
   }
 

@@ -129,6 +129,11 @@ final class ThreadRecords {
     publish(beforeIdx);
   }
 
+  /** Publishes NULL (a switch that failed). */
+  void clear() {
+    publish(-1);
+  }
+
   private void publish(int i) {
     // Release: the record's bytes are visible before the pointer is.
     SLOT.setRelease(slot, 0, i < 0 ? 0L : base + (long) i * RECORD);
