@@ -124,9 +124,11 @@ java-sdk-test-summary:
 
 # JMH: ns per context attach+restore with the spanprof wrapper against the
 # plain SDK storage (sdk/java/src/test/java/dev/spanprof/otel/bench).
+# JMH_JAVA=$(JAVA25)/bin/java times it on Java 25.
+JMH_JAVA ?= $(JAVA17)/bin/java
 java-bench: java-sdk
 	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
-	cd sdk/java && $(JAVA17)/bin/java -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
 		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
 
 # The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud
