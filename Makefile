@@ -24,7 +24,8 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps test vet demo demo-trace bench bench-serve soak kernels clean
+.PHONY: all build generate check-generated deps bench-deps test vet demo demo-trace bench bench-serve soak kernels clean \
+	java-sdk java-sdk-test java-sdk-test-summary java-bench
 
 all: build
 
@@ -91,7 +92,7 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps check-generated vet
+test: deps check-generated vet java-sdk
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
@@ -99,6 +100,36 @@ test: deps check-generated vet
 	# (short mode: the long reliability runs are covered above).
 	$(GO) test -race -short -count=1 -p 1 -timeout 20m $(RACE_PKGS)
 	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(MAKE) -s java-sdk-test
+
+# sdk/java: the OpenTelemetry Java agent extension (and SDK wrapper) that
+# publishes each thread's span; Maven fetches the pinned plugins,
+# dependencies and agent. java-sdk-test runs its unit tests on Java 17 and
+# Java 25 (test/runtimes/java runs it under spanprof record).
+JAVA17 ?= /usr/lib/jvm/java-17-openjdk-amd64
+JAVA25 ?= /usr/lib/jvm/temurin-25-jdk-amd64
+MVN := JAVA_HOME=$(JAVA17) mvn -q -B -f sdk/java/pom.xml
+java-sdk:
+	$(MVN) -DskipTests package
+java-sdk-test: java-sdk
+	$(MVN) surefire:test
+	@$(MAKE) -s java-sdk-test-summary JVER=17
+	@if [ -x $(JAVA25)/bin/java ]; then $(MVN) surefire:test -Djvm=$(JAVA25)/bin/java && \
+		$(MAKE) -s java-sdk-test-summary JVER=25; \
+	else echo "java-sdk-test: no Java 25 at $(JAVA25), its run skipped"; fi
+# mvn -q prints nothing on success: say what surefire ran.
+java-sdk-test-summary:
+	@cat sdk/java/build/surefire-reports/TEST-*.xml | grep -o '<testsuite [^>]*' | \
+		sed -E 's/.*tests="([0-9]+)".*errors="([0-9]+)".*skipped="([0-9]+)".*failures="([0-9]+)".*/sdk\/java (Java $(JVER)): \1 tests, \2 errors, \4 failures, \3 skipped/'
+
+# JMH: ns per context attach+restore with the spanprof wrapper against the
+# plain SDK storage (sdk/java/src/test/java/dev/spanprof/otel/bench).
+# JMH_JAVA=$(JAVA25)/bin/java times it on Java 25.
+JMH_JAVA ?= $(JAVA17)/bin/java
+java-bench: java-sdk
+	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
+	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
 
 # The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud
 # kernels under qemu (TCG) and the host kernel run the same workload.
