@@ -24,7 +24,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps test vet demo demo-trace bench bench-serve soak kernels clean
+.PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean
 
 all: build
 
@@ -91,7 +91,33 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps check-generated vet
+# The polyglot trace example's services (test/trace): the pinned
+# OpenTelemetry Java agent and API jars, fetched with mvn, and the Python
+# service's venv (CPython 3.12 from pyenv, else 3.11) with the pinned
+# OpenTelemetry distro, Flask instrumentation and spanprof's Python SDK.
+# Both live in testdata/tracework/build; done once, redone when a pin
+# changes.
+TRACEWORK := testdata/tracework/build
+JAVA_AGENT_ARTIFACTS := io.opentelemetry.javaagent:opentelemetry-javaagent:2.31.0 io.opentelemetry:opentelemetry-api:1.65.0 \
+	io.opentelemetry:opentelemetry-context:1.65.0 io.opentelemetry:opentelemetry-common:1.65.0
+PYENV_ROOT ?= $(HOME)/.pyenv
+TRACEWORK_PYTHON ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3) $(wildcard $(PYENV_ROOT)/versions/3.11.*/bin/python3))
+tracework-deps: $(TRACEWORK)/javaagent/.fetched $(TRACEWORK)/venv/.installed
+
+$(TRACEWORK)/javaagent/.fetched: Makefile
+	@mkdir -p $(@D)
+	for a in $(JAVA_AGENT_ARTIFACTS); do mvn -q -B dependency:copy -Dartifact=$$a -DoutputDirectory=$(@D) || exit 1; done
+	@touch $@
+
+$(TRACEWORK)/venv/.installed: testdata/tracework/pyservice/requirements.txt $(shell find sdk/python -type f -not -path '*/build/*' -not -name '*.pyc' 2>/dev/null)
+	@[ -n "$(TRACEWORK_PYTHON)" ] || { echo "no CPython 3.12 or 3.11 under $(PYENV_ROOT)/versions: install one with pyenv"; exit 1; }
+	rm -rf $(TRACEWORK)/venv
+	$(TRACEWORK_PYTHON) -m venv $(TRACEWORK)/venv
+	$(TRACEWORK)/venv/bin/pip install -q -r testdata/tracework/pyservice/requirements.txt
+	if [ -d sdk/python ]; then $(TRACEWORK)/venv/bin/pip install -q ./sdk/python; fi
+	@touch $@
+
+test: deps check-generated vet tracework-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
@@ -139,6 +165,19 @@ demo-trace: deps
 	@mkdir -p $(OUT)
 	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-trace.png $(GO) test -count=1 -v -timeout 10m \
 		-run TestTwoServicesThroughCollector ./test/trace/
+
+# The polyglot trace example: the Go service calls a Java service (the
+# OpenTelemetry Java agent with spanprof's extension, sdk/java), which
+# calls a Python service (opentelemetry-instrument with
+# OTEL_PYTHON_CONTEXT=spanprof, sdk/python), over HTTP with W3C
+# traceparent; spans and profiles go through the OpenTelemetry Collector
+# to serve --otlp-listen. Checks each service's per-span on/off-CPU times
+# against its known work and the share of samples carrying their span's
+# ids, and screenshots the trace view to $(OUT)/demo-polyglot.png.
+demo-polyglot: deps tracework-deps
+	@mkdir -p $(OUT)
+	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-polyglot.png $(GO) test -count=1 -v -timeout 10m \
+		-run TestThreeServicesPolyglot ./test/trace/
 
 # Ten minutes of the agent under process churn, lying thread contexts and
 # off-CPU load: RSS, goroutines, threads and open files over time, failing
