@@ -24,7 +24,8 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean
+.PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
+	java-sdk java-sdk-test java-bench
 
 all: build
 
@@ -117,7 +118,7 @@ $(TRACEWORK)/venv/.installed: testdata/tracework/pyservice/requirements.txt $(sh
 	if [ -d sdk/python ]; then $(TRACEWORK)/venv/bin/pip install -q ./sdk/python; fi
 	@touch $@
 
-test: deps check-generated vet tracework-deps
+test: deps check-generated vet java-sdk tracework-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
@@ -125,6 +126,28 @@ test: deps check-generated vet tracework-deps
 	# (short mode: the long reliability runs are covered above).
 	$(GO) test -race -short -count=1 -p 1 -timeout 20m $(RACE_PKGS)
 	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(MAKE) -s java-sdk-test
+
+# sdk/java: the OpenTelemetry Java agent extension (and SDK wrapper) that
+# publishes each thread's span; Maven fetches the pinned plugins,
+# dependencies and agent. java-sdk-test runs its unit tests on Java 17 and
+# Java 25 (test/runtimes/java runs it under spanprof record).
+JAVA17 ?= /usr/lib/jvm/java-17-openjdk-amd64
+JAVA25 ?= /usr/lib/jvm/temurin-25-jdk-amd64
+MVN := JAVA_HOME=$(JAVA17) mvn -q -B -f sdk/java/pom.xml
+java-sdk:
+	$(MVN) -DskipTests package
+java-sdk-test: java-sdk
+	$(MVN) surefire:test
+	@if [ -x $(JAVA25)/bin/java ]; then $(MVN) surefire:test -Djvm=$(JAVA25)/bin/java; \
+	else echo "java-sdk-test: no Java 25 at $(JAVA25), its run skipped"; fi
+
+# JMH: ns per context attach+restore with the spanprof wrapper against the
+# plain SDK storage (sdk/java/src/test/java/dev/spanprof/otel/bench).
+java-bench: java-sdk
+	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
+	cd sdk/java && $(JAVA17)/bin/java -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
 
 # The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud
 # kernels under qemu (TCG) and the host kernel run the same workload.

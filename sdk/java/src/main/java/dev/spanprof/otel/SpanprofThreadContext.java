@@ -1,0 +1,143 @@
+package dev.spanprof.otel;
+
+import io.opentelemetry.api.common.AttributeKey;
+import io.opentelemetry.context.ContextStorage;
+import io.opentelemetry.sdk.resources.Resource;
+import java.io.ByteArrayOutputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.LongAdder;
+
+/**
+ * Publishes each platform thread's current OpenTelemetry span as the OTEP 4947 thread-context
+ * record spanprof reads, and the service's resource as the OTEP 4719 process context.
+ *
+ * <p>Under the Java agent ({@code -Dotel.javaagent.extensions=spanprof-otel.jar}) and with SDK
+ * autoconfigure, {@link SpanprofCustomizer} calls both for you. With a hand-built SDK call {@link
+ * #install()} before the first span is made current, and {@link #publishProcessContext(Resource)}
+ * with the SDK's resource.
+ */
+public final class SpanprofThreadContext {
+  /** The counters of what was and was not published. */
+  public static final class Stats {
+    final LongAdder threads = new LongAdder();
+    final LongAdder virtualSkipped = new LongAdder();
+    final LongAdder offSkipped = new LongAdder();
+    final LongAdder setupFailures = new LongAdder();
+    final LongAdder lostRestores = new LongAdder();
+    final LongAdder foreignCloses = new LongAdder();
+    volatile boolean wrapped;
+
+    private Stats() {}
+
+    /** Platform threads set up with records. */
+    public long threads() {
+      return threads.sum();
+    }
+
+    /** Attaches on virtual threads, not published: their native TLS is their carrier's. */
+    public long virtualThreadAttachesSkipped() {
+      return virtualSkipped.sum();
+    }
+
+    /** Attaches not published because the JNI library or a thread's set-up failed. */
+    public long disabledAttachesSkipped() {
+      return offSkipped.sum();
+    }
+
+    /** Threads whose set-up failed (out of memory). */
+    public long setupFailures() {
+      return setupFailures.sum();
+    }
+
+    /**
+     * Scope closes that published NULL instead of the previous record, whose buffer had been reused
+     * (scopes closed out of order, or nesting deeper than 8 levels).
+     */
+    public long restoresPublishedNull() {
+      return lostRestores.sum();
+    }
+
+    /** Scopes closed on a thread other than the one that attached them. */
+    public long foreignThreadCloses() {
+      return foreignCloses.sum();
+    }
+
+    /** Whether the context storage in use is wrapped, i.e. attaches are being published. */
+    public boolean storageWrapped() {
+      return wrapped;
+    }
+
+    @Override
+    public String toString() {
+      return String.format(
+          "spanprof-otel: thread context %s; %d threads set up; %d virtual-thread attaches not published;"
+              + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread",
+          wrapped ? "published" : "NOT published (context storage not wrapped)",
+          threads(),
+          virtualThreadAttachesSkipped(),
+          disabledAttachesSkipped(),
+          NativeLib.loaded() ? "loaded" : NativeLib.unavailable,
+          restoresPublishedNull(),
+          foreignThreadCloses());
+    }
+  }
+
+  static final Stats STATS = new Stats();
+  private static final AtomicBoolean installed = new AtomicBoolean();
+
+  private SpanprofThreadContext() {}
+
+  /** The counters. */
+  public static Stats stats() {
+    return STATS;
+  }
+
+  /**
+   * Wraps OpenTelemetry's context storage (ContextStorage.addWrapper), once. Must run before the
+   * storage's first use: later calls are ignored by OpenTelemetry, which {@link
+   * Stats#storageWrapped()} then shows. Logs the counters at JVM shutdown.
+   */
+  public static void install() {
+    if (!installed.compareAndSet(false, true)) {
+      return;
+    }
+    ContextStorage.addWrapper(SpanprofContextStorage::new);
+    // stderr, not java.util.logging: the log manager resets its handlers
+    // in its own shutdown hook, which may run first.
+    Runtime.getRuntime()
+        .addShutdownHook(new Thread(() -> System.err.println(STATS), "spanprof-otel-stats"));
+  }
+
+  /**
+   * Publishes the process context: the resource's attributes (service.name ...) and the thread
+   * records' attribute key map. Returns false (and says why on stderr) when it could not.
+   */
+  public static boolean publishProcessContext(Resource resource) {
+    if (!NativeLib.loaded()) {
+      return false;
+    }
+    ByteArrayOutputStream attrs = new ByteArrayOutputStream();
+    for (Map.Entry<AttributeKey<?>, Object> e : resource.getAttributes().asMap().entrySet()) {
+      cstring(attrs, e.getKey().getKey());
+      cstring(attrs, String.valueOf(e.getValue()));
+    }
+    ByteArrayOutputStream keys = new ByteArrayOutputStream();
+    for (String k : SpanAttrs.KEYS) {
+      cstring(keys, k);
+    }
+    int rc = NativeLib.publishProcess(attrs.toByteArray(), keys.toByteArray());
+    if (rc != 0) {
+      System.err.println("spanprof-otel: publish the process context: errno " + rc);
+    }
+    return rc == 0;
+  }
+
+  private static void cstring(ByteArrayOutputStream out, String s) {
+    // NUL ends each string on the C side; a NUL inside a value would cut it.
+    byte[] b = s.replace('\0', ' ').getBytes(StandardCharsets.UTF_8);
+    out.write(b, 0, b.length);
+    out.write(0);
+  }
+}

@@ -1,0 +1,197 @@
+package dev.spanprof.otel;
+
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.SpanContext;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+
+/**
+ * One platform thread's thread-context records: sdk/c's per-thread buffers (levels x 2 records of
+ * 640 bytes, reached through a direct ByteBuffer) and the thread's TLS slot, set up once through
+ * JNI. Publishing is plain Java stores; only the owning thread calls these methods.
+ *
+ * <p>A record is never modified while published: each nesting level has two buffers and a change
+ * fills one that is not the published one, then stores the pointer with release ordering, so a
+ * sample taken at any instant (the profiler reads from the thread's own interrupt context) sees
+ * a whole record. Every buffer write bumps the buffer's generation; a scope restores the record it
+ * saw only when that generation is unchanged, so a scope closed out of order, or a level reused
+ * past the nesting depth, publishes NULL rather than another span's record.
+ */
+final class ThreadRecords {
+  static final int LEVELS = 8; // sdk/c OTEL_THREAD_CTX_MAX_DEPTH
+  static final int RECORD = 640;
+  static final int ATTRS_MAX = RECORD - 28;
+  static final int MAX_VALUE = 255;
+
+  private static final VarHandle LONG_BE =
+      MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
+  private static final VarHandle SHORT_HOST =
+      MethodHandles.byteBufferViewVarHandle(short[].class, ByteOrder.nativeOrder());
+  private static final VarHandle SLOT =
+      MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
+  private static final byte[] HEX = new byte[128];
+
+  static {
+    for (int i = 0; i < 10; i++) {
+      HEX['0' + i] = (byte) i;
+    }
+    for (int i = 0; i < 6; i++) {
+      HEX['a' + i] = (byte) (10 + i);
+      HEX['A' + i] = (byte) (10 + i);
+    }
+  }
+
+  final Thread owner;
+  private final ByteBuffer recs;
+  private final ByteBuffer slot;
+  private final long base;
+  /** The span whose record each buffer holds (null: none), to republish without rewriting. */
+  private final Span[] holder = new Span[LEVELS * 2];
+  private final int[] gen = new int[LEVELS * 2];
+  /** Open levels; may exceed LEVELS (the deepest level is then reused). */
+  int depth;
+  /** The published buffer, -1 for NULL. */
+  int published = -1;
+
+  private ThreadRecords(Thread owner, ByteBuffer recs, ByteBuffer slot, long base) {
+    this.owner = owner;
+    this.recs = recs;
+    this.slot = slot;
+    this.base = base;
+  }
+
+  /** Sets the calling thread up through JNI; null when the library refuses (out of memory). */
+  static ThreadRecords setUp() {
+    ByteBuffer[] out = new ByteBuffer[2];
+    long base = NativeLib.setupThread(out);
+    if (base == 0 || out[0] == null || out[1] == null) {
+      return null;
+    }
+    return new ThreadRecords(Thread.currentThread(), out[0], out[1], base);
+  }
+
+  /** The generation of buffer i (-1: NULL, generation 0). */
+  int generation(int i) {
+    return i < 0 ? 0 : gen[i];
+  }
+
+  /** Enters a level publishing span's record (NULL for a null or invalid span). */
+  void enter(Span span) {
+    int lvl = depth < LEVELS ? depth : LEVELS - 1;
+    depth++;
+    if (span == null) {
+      publish(-1);
+      return;
+    }
+    int a = lvl * 2;
+    int b = a + 1;
+    // The span's record may still be in a buffer of this level (the same
+    // span attached again, or a sibling scope of it): republish it as is.
+    if (holder[a] == span) {
+      publish(a);
+      return;
+    }
+    if (holder[b] == span) {
+      publish(b);
+      return;
+    }
+    SpanContext sc = span.getSpanContext();
+    if (!sc.isValid()) {
+      publish(-1);
+      return;
+    }
+    // Fill the buffer the reader cannot be looking at; of the two, the
+    // older one, so a recently restored record survives longest.
+    int w = published == a ? b : published == b ? a : (gen[a] <= gen[b] ? a : b);
+    write(w, span, sc);
+    publish(w);
+  }
+
+  /** Restores the state a scope saw before its attach. */
+  void restore(int beforeDepth, int beforeIdx, int beforeGen) {
+    depth = beforeDepth;
+    if (beforeIdx >= 0 && gen[beforeIdx] != beforeGen) {
+      publish(-1);
+      SpanprofThreadContext.STATS.lostRestores.increment();
+      return;
+    }
+    publish(beforeIdx);
+  }
+
+  private void publish(int i) {
+    // Release: the record's bytes are visible before the pointer is.
+    SLOT.setRelease(slot, 0, i < 0 ? 0L : base + (long) i * RECORD);
+    published = i;
+  }
+
+  private void write(int i, Span span, SpanContext sc) {
+    gen[i]++;
+    holder[i] = span;
+    int off = i * RECORD;
+    String t = sc.getTraceId();
+    String s = sc.getSpanId();
+    LONG_BE.set(recs, off, hex64(t, 0));
+    LONG_BE.set(recs, off + 8, hex64(t, 16));
+    LONG_BE.set(recs, off + 16, hex64(s, 0));
+    recs.put(off + 24, (byte) 1);
+    recs.put(off + 25, sc.getTraceFlags().asByte());
+    int n = SpanAttrs.encode(span, recs, off + 28);
+    SHORT_HOST.set(recs, off + 26, (short) n);
+  }
+
+  private static long hex64(String s, int from) {
+    long v = 0;
+    for (int i = from; i < from + 16; i++) {
+      v = (v << 4) | HEX[s.charAt(i) & 0x7f];
+    }
+    return v;
+  }
+
+  /** Appends {key, len, value} at pos (UTF-8, cut to 255 bytes on a character boundary); returns the bytes used, 0 when it does not fit. */
+  static int putAttr(ByteBuffer b, int pos, int room, int key, String v) {
+    if (v == null || room < 2) {
+      return 0;
+    }
+    int max = Math.min(MAX_VALUE, room - 2);
+    int n = 0;
+    int len = v.length();
+    for (int i = 0; i < len; i++) {
+      char c = v.charAt(i);
+      if (c < 0x80) {
+        if (n + 1 > max) {
+          break;
+        }
+        b.put(pos + 2 + n++, (byte) c);
+        continue;
+      }
+      int cp = v.codePointAt(i);
+      int w = cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+      if (Character.isSurrogate(c) && w != 4) {
+        cp = 0xFFFD; // a lone surrogate: the replacement character
+        w = 3;
+      }
+      if (n + w > max) {
+        break;
+      }
+      int p = pos + 2 + n;
+      if (w == 2) {
+        b.put(p, (byte) (0xC0 | (cp >> 6)));
+      } else if (w == 3) {
+        b.put(p, (byte) (0xE0 | (cp >> 12)));
+        b.put(p + 1, (byte) (0x80 | ((cp >> 6) & 0x3F)));
+      } else {
+        b.put(p, (byte) (0xF0 | (cp >> 18)));
+        b.put(p + 1, (byte) (0x80 | ((cp >> 12) & 0x3F)));
+        b.put(p + 2, (byte) (0x80 | ((cp >> 6) & 0x3F)));
+        i++; // the low surrogate
+      }
+      b.put(p + w - 1, (byte) (0x80 | (cp & 0x3F)));
+      n += w;
+    }
+    b.put(pos, (byte) key);
+    b.put(pos + 1, (byte) n);
+    return n + 2;
+  }
+}

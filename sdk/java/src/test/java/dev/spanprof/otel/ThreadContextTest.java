@@ -1,0 +1,239 @@
+package dev.spanprof.otel;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.opentelemetry.api.common.AttributeKey;
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.Tracer;
+import io.opentelemetry.context.Context;
+import io.opentelemetry.context.Scope;
+import io.opentelemetry.sdk.resources.Resource;
+import io.opentelemetry.sdk.trace.SdkTracerProvider;
+import java.lang.reflect.Method;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** Checks the records the wrapper publishes against the spans the SDK made, read back as a profiler would. */
+class ThreadContextTest {
+  static Tracer tracer;
+
+  @BeforeAll
+  static void setUp() {
+    SpanprofThreadContext.install(); // before the storage's first use
+    tracer = SdkTracerProvider.builder().build().get("test");
+    assertTrue(NativeLib.loaded(), "JNI library: " + NativeLib.unavailable);
+  }
+
+  /** A record as the reader decodes it: ids, flags, attributes by key. */
+  record Rec(String trace, String span, int valid, int flags, Map<Integer, String> attrs) {}
+
+  static Rec current() {
+    long p = NativeLib.slot();
+    if (p == 0) {
+      return null;
+    }
+    byte[] b = new byte[ThreadRecords.RECORD];
+    NativeLib.peek(p, b);
+    return decode(b);
+  }
+
+  static Rec decode(byte[] b) {
+    StringBuilder t = new StringBuilder();
+    for (int i = 0; i < 24; i++) {
+      t.append(String.format("%02x", b[i] & 0xff));
+    }
+    int n = ByteBuffer.wrap(b, 26, 2).order(ByteOrder.nativeOrder()).getShort() & 0xffff;
+    Map<Integer, String> attrs = new HashMap<>();
+    for (int i = 28; i < 28 + n; ) {
+      int key = b[i] & 0xff;
+      int len = b[i + 1] & 0xff;
+      attrs.put(key, new String(b, i + 2, len, StandardCharsets.UTF_8));
+      i += 2 + len;
+    }
+    return new Rec(t.substring(0, 32), t.substring(32), b[24], b[25] & 0xff, attrs);
+  }
+
+  static void assertPublished(Span s, String name, String route) {
+    Rec r = current();
+    assertTrue(r != null, "no record published for " + name);
+    assertEquals(s.getSpanContext().getTraceId(), r.trace);
+    assertEquals(s.getSpanContext().getSpanId(), r.span);
+    assertEquals(1, r.valid);
+    assertEquals(s.getSpanContext().getTraceFlags().asByte() & 0xff, r.flags);
+    assertEquals(name, r.attrs.get(0));
+    assertEquals(route, r.attrs.get(1));
+  }
+
+  @Test
+  void attachPublishesAndRestoreReturnsToParent() {
+    assertEquals(0, NativeLib.slot(), "outside spans the pointer is NULL");
+    Span root = tracer.spanBuilder("GET /items/{id}").setAttribute(AttributeKey.stringKey("http.route"), "/items/{id}").startSpan();
+    try (Scope a = root.makeCurrent()) {
+      assertPublished(root, "GET /items/{id}", "/items/{id}");
+      Span child = tracer.spanBuilder("child").startSpan();
+      try (Scope b = child.makeCurrent()) {
+        assertPublished(child, "child", null);
+        try (Scope c = Context.root().makeCurrent()) {
+          assertEquals(0, NativeLib.slot(), "a context without a span publishes NULL");
+        }
+        assertPublished(child, "child", null);
+      }
+      assertPublished(root, "GET /items/{id}", "/items/{id}");
+    }
+    assertEquals(0, NativeLib.slot());
+  }
+
+  @Test
+  void invalidSpanPublishesNull() {
+    try (Scope s = Span.getInvalid().makeCurrent()) {
+      assertEquals(0, NativeLib.slot());
+    }
+  }
+
+  @Test
+  void publishedRecordIsNeverRewritten() {
+    Span root = tracer.spanBuilder("root").startSpan();
+    try (Scope a = root.makeCurrent()) {
+      long p = NativeLib.slot();
+      byte[] before = new byte[ThreadRecords.RECORD];
+      NativeLib.peek(p, before);
+      for (int i = 0; i < 50; i++) {
+        Span c = tracer.spanBuilder("c" + i).startSpan();
+        try (Scope s = c.makeCurrent()) {
+          assertPublished(c, "c" + i, null);
+          byte[] now = new byte[ThreadRecords.RECORD];
+          NativeLib.peek(p, now);
+          assertArrayEquals(before, now, "the parent's published record changed under a child");
+        }
+        assertEquals(p, NativeLib.slot(), "the parent's record is republished as it was");
+      }
+    }
+  }
+
+  @Test
+  void deepNestingNeverPublishesAWrongRecord() {
+    List<Span> spans = new ArrayList<>();
+    List<Scope> scopes = new ArrayList<>();
+    for (int i = 0; i < 12; i++) {
+      Span s = tracer.spanBuilder("d" + i).startSpan();
+      spans.add(s);
+      scopes.add(s.makeCurrent());
+      assertPublished(s, "d" + i, null);
+    }
+    for (int i = 11; i >= 0; i--) {
+      scopes.get(i).close();
+      Rec r = current();
+      if (i == 0) {
+        assertEquals(null, r);
+      } else if (r != null) { // NULL is allowed where the level was reused, a wrong span is not
+        assertEquals(spans.get(i - 1).getSpanContext().getSpanId(), r.span);
+      }
+    }
+    // Levels within the depth come back exactly.
+    assertTrue(SpanprofThreadContext.stats().restoresPublishedNull() > 0, "the reused deepest level was counted");
+  }
+
+  @Test
+  void outOfOrderCloseNeverPublishesAWrongRecord() {
+    Span a = tracer.spanBuilder("a").startSpan();
+    Span b = tracer.spanBuilder("b").startSpan();
+    Scope sa = a.makeCurrent();
+    Scope sb = b.makeCurrent();
+    sa.close(); // wrong order: the storage now holds what was before a
+    assertEquals(0, NativeLib.slot());
+    for (int i = 0; i < 3; i++) { // reuse level 0's buffers
+      Span c = tracer.spanBuilder("c").startSpan();
+      try (Scope sc = c.makeCurrent()) {
+        assertPublished(c, "c", null);
+      }
+    }
+    long lost = SpanprofThreadContext.stats().restoresPublishedNull();
+    sb.close(); // the storage restores a; a's buffer was reused
+    Rec r = current();
+    assertTrue(r == null || r.span.equals(a.getSpanContext().getSpanId()), "restored " + r);
+    if (r == null) {
+      assertEquals(lost + 1, SpanprofThreadContext.stats().restoresPublishedNull());
+    }
+    try (Scope s = Context.root().makeCurrent()) {
+      assertEquals(0, NativeLib.slot());
+    }
+  }
+
+  @Test
+  void longAndNonAsciiNamesAreCutOnACharacterBoundary() {
+    String name = "é".repeat(200); // 400 bytes of UTF-8
+    Span s = tracer.spanBuilder(name).startSpan();
+    try (Scope sc = s.makeCurrent()) {
+      String got = current().attrs.get(0);
+      assertEquals("é".repeat(127), got, "cut to 254 bytes, whole characters");
+    }
+  }
+
+  @Test
+  void threadsHaveTheirOwnRecords() throws Exception {
+    Span s = tracer.spanBuilder("main").startSpan();
+    AtomicLong other = new AtomicLong(-1);
+    try (Scope sc = s.makeCurrent()) {
+      long mine = NativeLib.slot();
+      Thread t = new Thread(() -> {
+        Span o = tracer.spanBuilder("other").startSpan();
+        try (Scope x = o.makeCurrent()) {
+          assertPublished(o, "other", null);
+          other.set(NativeLib.slot());
+        }
+      });
+      t.start();
+      t.join();
+      assertNotEquals(0, other.get());
+      assertNotEquals(mine, other.get());
+      assertPublished(s, "main", null);
+    }
+  }
+
+  @Test
+  void virtualThreadsPublishNothingAndAreCounted() throws Exception {
+    Method ofVirtual;
+    try {
+      ofVirtual = Thread.class.getMethod("ofVirtual");
+    } catch (NoSuchMethodException e) {
+      System.out.println("virtual threads: none before Java 21, not tested on " + Runtime.version());
+      return;
+    }
+    Object builder = ofVirtual.invoke(null);
+    Method start = Class.forName("java.lang.Thread$Builder").getMethod("start", Runnable.class);
+    long before = SpanprofThreadContext.stats().virtualThreadAttachesSkipped();
+    AtomicLong seen = new AtomicLong(-1);
+    Thread vt = (Thread) start.invoke(builder, (Runnable) () -> {
+      Span o = tracer.spanBuilder("virtual").startSpan();
+      try (Scope x = o.makeCurrent()) {
+        seen.set(NativeLib.slot()); // the carrier's TLS, as a profiler sees it
+      }
+    });
+    vt.join();
+    assertEquals(0, seen.get(), "a virtual thread's span must not land in its carrier's record");
+    assertEquals(before + 1, SpanprofThreadContext.stats().virtualThreadAttachesSkipped());
+  }
+
+  @Test
+  void processContextIsMapped() throws Exception {
+    Resource r = Resource.getDefault().merge(Resource.create(
+        io.opentelemetry.api.common.Attributes.of(AttributeKey.stringKey("service.name"), "unit-test")));
+    assertTrue(SpanprofThreadContext.publishProcessContext(r));
+    String maps = Files.readString(Paths.get("/proc/self/maps"));
+    assertTrue(maps.contains("OTEL_CTX"), "no OTEL_CTX mapping in /proc/self/maps");
+    assertTrue(SpanprofThreadContext.stats().storageWrapped());
+  }
+}
