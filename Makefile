@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-bench
+	java-sdk java-sdk-test java-bench python-venvs python-sdk-test python-bench
 
 all: build
 
@@ -118,7 +118,7 @@ $(TRACEWORK)/venv/.installed: testdata/tracework/pyservice/requirements.txt $(sh
 	if [ -d sdk/python ]; then $(TRACEWORK)/venv/bin/pip install -q ./sdk/python; fi
 	@touch $@
 
-test: deps check-generated vet java-sdk tracework-deps
+test: deps check-generated vet java-sdk python-sdk-test tracework-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
@@ -148,6 +148,49 @@ java-bench: java-sdk
 	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
 	cd sdk/java && $(JAVA17)/bin/java -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
 		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
+
+# The Python SDK (sdk/python) under each pyenv CPython: a venv per version
+# in $(OUT)/python/VERSION/venv with the pinned OpenTelemetry packages of
+# sdk/python/constraints.txt, and the SDK built into it from the working
+# tree (again when its sources change). A version whose interpreter is
+# missing is skipped with the reason; test/e2e's Python test runs
+# python-venvs itself.
+PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
+PY_VERSIONS ?= 3.11.7 3.12.1 3.13.0
+PY_SDK_SRC := sdk/c/otel_thread_ctx.h sdk/python/pyproject.toml sdk/python/setup.py sdk/python/constraints.txt \
+	$(wildcard sdk/python/src/spanprof_otel/*.py sdk/python/src/spanprof_otel/*.c)
+PY_OTEL := opentelemetry-api opentelemetry-sdk opentelemetry-distro opentelemetry-instrumentation pytest setuptools
+
+$(OUT)/python/%/venv.stamp: sdk/python/constraints.txt
+	@py=$(PYENV_ROOT)/versions/$*/bin/python3; \
+	if [ ! -x $$py ]; then echo "python $*: skipped, $$py missing (pyenv install $*)"; exit 0; fi; \
+	rm -rf $(OUT)/python/$*/venv && mkdir -p $(OUT)/python/$* && $$py -m venv $(OUT)/python/$*/venv && \
+	$(OUT)/python/$*/venv/bin/pip install -q --disable-pip-version-check -c sdk/python/constraints.txt $(PY_OTEL) && touch $@
+
+$(OUT)/python/%/sdk.stamp: $(OUT)/python/%/venv.stamp $(PY_SDK_SRC)
+	@if [ -f $< ]; then \
+		$(OUT)/python/$*/venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+			--force-reinstall ./sdk/python && touch $@; fi
+
+python-venvs: $(foreach v,$(PY_VERSIONS),$(OUT)/python/$(v)/venv.stamp $(OUT)/python/$(v)/sdk.stamp)
+
+# pytest exits 5 when it collected no test: that is a failure here too.
+python-sdk-test: python-venvs
+	@for v in $(PY_VERSIONS); do \
+		if [ ! -f $(OUT)/python/$$v/sdk.stamp ]; then echo "python $$v: skipped, no interpreter"; continue; fi; \
+		echo "python $$v: sdk/python/tests"; \
+		$(OUT)/python/$$v/venv/bin/python -m pytest -q -p no:cacheprovider sdk/python/tests || exit 1; \
+	done
+
+# ns per attach+detach, per asyncio handle and per span with
+# OTEL_PYTHON_CONTEXT=spanprof against the default contextvars context;
+# writes $(OUT)/python/bench.md.
+python-bench: python-venvs
+	@{ echo "| python | operation | contextvars ns | spanprof ns | added ns |"; echo "|---|---|---|---|---|"; \
+	for v in $(PY_VERSIONS); do \
+		[ -f $(OUT)/python/$$v/sdk.stamp ] || continue; \
+		$(OUT)/python/$$v/venv/bin/python sdk/python/bench/bench_attach.py --markdown || exit 1; \
+	done; } | tee $(OUT)/python/bench.md
 
 # The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud
 # kernels under qemu (TCG) and the host kernel run the same workload.
