@@ -115,7 +115,7 @@ $(TRACEWORK)/venv/.installed: testdata/tracework/pyservice/requirements.txt $(sh
 	rm -rf $(TRACEWORK)/venv
 	$(TRACEWORK_PYTHON) -m venv $(TRACEWORK)/venv
 	$(TRACEWORK)/venv/bin/pip install -q -r testdata/tracework/pyservice/requirements.txt
-	if [ -d sdk/python ]; then $(TRACEWORK)/venv/bin/pip install -q ./sdk/python; fi
+	$(TRACEWORK)/venv/bin/pip install -q ./sdk/python
 	@touch $@
 
 test: deps check-generated vet java-sdk python-sdk-test tracework-deps
@@ -240,7 +240,7 @@ demo-trace: deps
 # to serve --otlp-listen. Checks each service's per-span on/off-CPU times
 # against its known work and the share of samples carrying their span's
 # ids, and screenshots the trace view to $(OUT)/demo-polyglot.png.
-demo-polyglot: deps tracework-deps
+demo-polyglot: deps java-sdk tracework-deps
 	@mkdir -p $(OUT)
 	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-polyglot.png $(GO) test -count=1 -v -timeout 10m \
 		-run TestThreeServicesPolyglot ./test/trace/
