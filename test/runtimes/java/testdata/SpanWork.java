@@ -1,5 +1,6 @@
 import io.opentelemetry.api.GlobalOpenTelemetry;
 import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.SpanKind;
 import io.opentelemetry.api.trace.Tracer;
 import io.opentelemetry.context.Scope;
 import io.opentelemetry.sdk.autoconfigure.AutoConfiguredOpenTelemetrySdk;
@@ -58,7 +59,7 @@ public class SpanWork {
   /** One round: root [20 ms, child 30 ms, 10 ms], then 15 ms outside spans. */
   static void round(Tracer tracer, String tid, List<String> out) {
     long o0 = now();
-    Span root = tracer.spanBuilder("work.root").setAttribute("http.route", "/work/{id}").startSpan();
+    Span root = tracer.spanBuilder("work.root").setSpanKind(SpanKind.SERVER).setAttribute("http.route", "/work/{id}").startSpan();
     Scope rs = root.makeCurrent();
     long i0 = now();
     spin(20);

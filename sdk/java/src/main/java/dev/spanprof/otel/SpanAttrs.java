@@ -2,12 +2,13 @@ package dev.spanprof.otel;
 
 import io.opentelemetry.api.common.AttributeKey;
 import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.SpanKind;
 import io.opentelemetry.sdk.trace.ReadableSpan;
 import java.nio.ByteBuffer;
 
 /**
  * The record's attributes, by the process context's key map: key 0 the span's name, key 1 its
- * http.route. Only SDK spans (ReadableSpan) expose them; other spans get ids only.
+ * http.route (server spans). Only SDK spans (ReadableSpan) expose them; other spans get ids only.
  */
 final class SpanAttrs {
   /** threadlocal.attribute_key_map: index = the attribute's key byte. */
@@ -34,7 +35,11 @@ final class SpanAttrs {
     }
     ReadableSpan rs = (ReadableSpan) span;
     int n = ThreadRecords.putAttr(b, pos, ThreadRecords.ATTRS_MAX, 0, rs.getName());
-    n += ThreadRecords.putAttr(b, pos + n, ThreadRecords.ATTRS_MAX - n, 1, rs.getAttribute(HTTP_ROUTE));
+    // http.route is a server span's attribute (semantic conventions); the
+    // SDK takes a lock per attribute read, so other kinds skip it.
+    if (rs.getKind() == SpanKind.SERVER) {
+      n += ThreadRecords.putAttr(b, pos + n, ThreadRecords.ATTRS_MAX - n, 1, rs.getAttribute(HTTP_ROUTE));
+    }
     return n;
   }
 }

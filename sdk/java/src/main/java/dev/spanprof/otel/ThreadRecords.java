@@ -50,6 +50,11 @@ final class ThreadRecords {
   /** The span whose record each buffer holds (null: none), to republish without rewriting. */
   private final Span[] holder = new Span[LEVELS * 2];
   private final int[] gen = new int[LEVELS * 2];
+  /** The last trace id parsed: the SDK hands a trace's spans the same String. */
+  private String lastTrace;
+  private long traceHi;
+  private long traceLo;
+  private final byte[] hex = new byte[32];
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
   /** The published buffer, -1 for NULL. */
@@ -131,20 +136,28 @@ final class ThreadRecords {
     holder[i] = span;
     int off = i * RECORD;
     String t = sc.getTraceId();
-    String s = sc.getSpanId();
-    LONG_BE.set(recs, off, hex64(t, 0));
-    LONG_BE.set(recs, off + 8, hex64(t, 16));
-    LONG_BE.set(recs, off + 16, hex64(s, 0));
+    if (t != lastTrace) {
+      traceHi = hex64(t, 0);
+      traceLo = hex64(t, 16);
+      lastTrace = t;
+    }
+    LONG_BE.set(recs, off, traceHi);
+    LONG_BE.set(recs, off + 8, traceLo);
+    LONG_BE.set(recs, off + 16, hex64(sc.getSpanId(), 0));
     recs.put(off + 24, (byte) 1);
     recs.put(off + 25, sc.getTraceFlags().asByte());
     int n = SpanAttrs.encode(span, recs, off + 28);
     SHORT_HOST.set(recs, off + 26, (short) n);
   }
 
-  private static long hex64(String s, int from) {
+  /** Parses 16 lowercase hex digits (valid ids are, SpanContext checks). */
+  @SuppressWarnings("deprecation") // getBytes(int, int, byte[], int): a plain copy of ASCII
+  private long hex64(String s, int from) {
+    byte[] h = hex;
+    s.getBytes(from, from + 16, h, 0);
     long v = 0;
-    for (int i = from; i < from + 16; i++) {
-      v = (v << 4) | HEX[s.charAt(i) & 0x7f];
+    for (int i = 0; i < 16; i++) {
+      v = (v << 4) | HEX[h[i] & 0x7f];
     }
     return v;
   }

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.opentelemetry.api.common.AttributeKey;
 import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.SpanKind;
 import io.opentelemetry.api.trace.Tracer;
 import io.opentelemetry.context.Context;
 import io.opentelemetry.context.Scope;
@@ -80,12 +81,17 @@ class ThreadContextTest {
   @Test
   void attachPublishesAndRestoreReturnsToParent() {
     assertEquals(0, NativeLib.slot(), "outside spans the pointer is NULL");
-    Span root = tracer.spanBuilder("GET /items/{id}").setAttribute(AttributeKey.stringKey("http.route"), "/items/{id}").startSpan();
+    Span root = tracer.spanBuilder("GET /items/{id}").setSpanKind(SpanKind.SERVER)
+        .setAttribute(AttributeKey.stringKey("http.route"), "/items/{id}").startSpan();
     try (Scope a = root.makeCurrent()) {
       assertPublished(root, "GET /items/{id}", "/items/{id}");
       Span child = tracer.spanBuilder("child").startSpan();
       try (Scope b = child.makeCurrent()) {
         assertPublished(child, "child", null);
+        Span internal = tracer.spanBuilder("internal").setAttribute(AttributeKey.stringKey("http.route"), "/x").startSpan();
+        try (Scope i = internal.makeCurrent()) {
+          assertPublished(internal, "internal", null); // http.route is read from server spans only
+        }
         try (Scope c = Context.root().makeCurrent()) {
           assertEquals(0, NativeLib.slot(), "a context without a span publishes NULL");
         }

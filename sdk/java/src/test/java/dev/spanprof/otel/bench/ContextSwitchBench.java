@@ -3,6 +3,7 @@ package dev.spanprof.otel.bench;
 import dev.spanprof.otel.SpanprofThreadContext;
 import io.opentelemetry.api.common.AttributeKey;
 import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.SpanKind;
 import io.opentelemetry.api.trace.Tracer;
 import io.opentelemetry.context.Context;
 import io.opentelemetry.context.Scope;
@@ -36,6 +37,7 @@ public class ContextSwitchBench {
 
   private Context one;
   private final Context[] many = new Context[64];
+  private final Context[] internal = new Context[64];
   private int next;
 
   @Setup
@@ -47,6 +49,7 @@ public class ContextSwitchBench {
     one = Context.root().with(span(tracer, "GET /items/{id}"));
     for (int i = 0; i < many.length; i++) {
       many[i] = Context.root().with(span(tracer, "GET /items/" + i));
+      internal[i] = Context.root().with(tracer.spanBuilder("compute " + i).startSpan());
     }
     if (storage.equals("spanprof") && !SpanprofThreadContext.stats().storageWrapped()) {
       try (Scope s = one.makeCurrent()) {
@@ -59,7 +62,8 @@ public class ContextSwitchBench {
   }
 
   private static Span span(Tracer tracer, String name) {
-    return tracer.spanBuilder(name).setAttribute(AttributeKey.stringKey("http.route"), "/items/{id}").startSpan();
+    return tracer.spanBuilder(name).setSpanKind(SpanKind.SERVER)
+        .setAttribute(AttributeKey.stringKey("http.route"), "/items/{id}").startSpan();
   }
 
   /** The same span attached and restored: its record is republished as it is. */
@@ -70,10 +74,19 @@ public class ContextSwitchBench {
     }
   }
 
-  /** A different span each time: every attach writes a record (ids, name, route). */
+  /** A different server span each time: every attach writes a record (ids, name, route). */
   @Benchmark
   public void newSpan() {
     Context c = many[next++ & (many.length - 1)];
+    try (Scope s = c.makeCurrent()) {
+      // nothing
+    }
+  }
+
+  /** A different internal span each time: ids and name (no http.route read). */
+  @Benchmark
+  public void newInternalSpan() {
+    Context c = internal[next++ & (internal.length - 1)];
     try (Scope s = c.makeCurrent()) {
       // nothing
     }
