@@ -113,17 +113,26 @@ async def task(k):
         await asyncio.sleep(0)
         sname = f"task-{k}-{i}"
         route = f"/task/{k}" if i % 2 else None
+        a0 = time.time_ns()
         with tracer.start_as_current_span(sname, attributes={"http.route": route} if route else None) as s:
-            name(s, sname, route)
+            marks = []
             for _ in range(4):
-                # The record is published when the loop runs this task's
-                # handle, a few µs before the burst: within the 50 µs the
-                # windows are judged to.
+                # After the first, each burst starts a step of this task:
+                # the loop published the span when it began running the
+                # task's handle, a few µs before h.
                 h = time.time_ns()
                 burn(2)
                 r = time.time_ns()
-                note("asyncio", tid, s, h, r, h, r, "burn")
                 await asyncio.sleep(0)  # other tasks' spans run here
+                marks.append((h, r, time.time_ns()))
+        e = time.time_ns()
+        for j, (h, r, _) in enumerate(marks):
+            note("asyncio", tid, s, a0 if j == 0 else h, r, h, r, "burn")
+        # The last step ends the span: it carries the ids from its start
+        # until the detach, with no burst to require them in.
+        w = marks[-1][2]
+        note("asyncio", tid, s, w, e, w, w, "-")
+        name(s, sname, route)
         await asyncio.sleep(0)
 
 
