@@ -230,9 +230,9 @@ func TestThreeServicesPolyglot(t *testing.T) {
 	jargs = append(jargs, "-cp", classes+":"+strings.Join(cp, ":"), "JavaService")
 	jv := startEnv(t, otelEnv("java-service"), java, jargs...)
 	jf := jv.line(t, "ready")
-	log := &truthLog{spans: map[string][]spanTruth{}}
-	log.follow(py, "python-service")
-	log.follow(jv, "java-service")
+	truths := &truthLog{spans: map[string][]spanTruth{}}
+	truths.follow(py, "python-service")
+	truths.follow(jv, "java-service")
 	g := start(t, gosvc, "-endpoint", colAddr, "-next-url", "http://127.0.0.1:"+jf[2]+"/work")
 	gpid := g.line(t, "ready")[1]
 	pids := map[string]string{"go-service": gpid, "java-service": jf[1], "python-service": pf[1]}
@@ -269,8 +269,8 @@ func TestThreeServicesPolyglot(t *testing.T) {
 				for i := range spans {
 					spans[i].trace = f[1]
 				}
-				spans = append(spans, log.wait(t, f[1], "java-service", 3)...)
-				spans = append(spans, log.wait(t, f[1], "python-service", 2)...)
+				spans = append(spans, truths.wait(t, f[1], "java-service", 3)...)
+				spans = append(spans, truths.wait(t, f[1], "python-service", 2)...)
 				return f[1], spans
 			}
 		}
