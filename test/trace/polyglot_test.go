@@ -295,7 +295,7 @@ func TestThreeServicesPolyglot(t *testing.T) {
 	want := map[string]map[string]truth{}
 	all := map[string][]spanTruth{}
 	var first string
-	for _, w := range [][6]int{{250, 150, 200, 250, 150, 200}, {100, 300, 300, 120, 250, 100}, {60, 120, 80, 100, 60, 150}} {
+	for _, w := range [][6]int{{250, 150, 200, 250, 150, 200}, {100, 300, 300, 120, 250, 100}, {80, 120, 100, 100, 80, 150}} {
 		tr, spans := req(w[0], w[1], w[2], w[3], w[4], w[5])
 		all[tr] = spans
 		if first == "" {
@@ -337,6 +337,15 @@ func TestThreeServicesPolyglot(t *testing.T) {
 	// runtime's SDK is there; and, whether linked or not, the time each
 	// thread spent on and off CPU within each span's bounds.
 	samples := readProfileLines(t, profiles)
+	names := map[string]string{} // span id → name, of the measured traces
+	for tr := range all {
+		tv, _ := getTrace(t, webAddr, tr)
+		for _, s := range tv.Spans {
+			if s.Exported {
+				names[s.SpanID] = s.Name
+			}
+		}
+	}
 	for _, svc := range []string{"go-service", "java-service", "python-service"} {
 		var pid int64
 		fmt.Sscan(pids[svc], &pid)
@@ -364,6 +373,9 @@ func TestThreeServicesPolyglot(t *testing.T) {
 			}
 		}
 		checkWindowTimes(t, svc, mine, spans, !linked[svc])
+		if linked[svc] && svc != "go-service" {
+			checkSpanNames(t, svc, mine, names)
+		}
 		for _, kind := range []string{"samples", "off_cpu"} {
 			var of []gt.Sample
 			for _, s := range mine {
@@ -462,6 +474,29 @@ func checkCallWait(t *testing.T, tr string, tv live.TraceView, call spanTruth) {
 	if call.waitNs >= 50e6 && math.Abs(e) > 0.10 {
 		t.Errorf("trace %s: java call's wait %.1f ms off-CPU on its thread, known %.1f ms (%+.1f %%)", tr,
 			float64(off)/1e6, float64(call.waitNs)/1e6, 100*e)
+	}
+}
+
+// checkSpanNames checks the span.name attribute (key 0 of the SDKs'
+// attribute key map) on the samples linked to the measured traces' spans:
+// the name of the span whose ids they carry.
+func checkSpanNames(t *testing.T, svc string, samples []gt.Sample, names map[string]string) {
+	t.Helper()
+	linked, right := 0, 0
+	for _, s := range samples {
+		name, ok := names[s.Span]
+		if !ok {
+			continue
+		}
+		n := max(len(s.Times), 1)
+		linked += n
+		if s.Attrs["span.name"] == name {
+			right += n
+		}
+	}
+	t.Logf("%-14s span.name right on %d of %d events linked to the measured spans (%.1f %%)", svc, right, linked, gt.Pct(right, linked))
+	if linked < 50 || gt.Pct(right, linked) < 99 {
+		t.Errorf("%s: span.name right on %d of %d linked events, want ≥ 99 %% of at least 50", svc, right, linked)
 	}
 }
 
