@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-bench python-venvs python-sdk-test python-bench
+	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench
 
 all: build
 
@@ -139,14 +139,22 @@ java-sdk:
 	$(MVN) -DskipTests package
 java-sdk-test: java-sdk
 	$(MVN) surefire:test
-	@if [ -x $(JAVA25)/bin/java ]; then $(MVN) surefire:test -Djvm=$(JAVA25)/bin/java; \
+	@$(MAKE) -s java-sdk-test-summary JVER=17
+	@if [ -x $(JAVA25)/bin/java ]; then $(MVN) surefire:test -Djvm=$(JAVA25)/bin/java && \
+		$(MAKE) -s java-sdk-test-summary JVER=25; \
 	else echo "java-sdk-test: no Java 25 at $(JAVA25), its run skipped"; fi
+# mvn -q prints nothing on success: say what surefire ran.
+java-sdk-test-summary:
+	@cat sdk/java/build/surefire-reports/TEST-*.xml | grep -o '<testsuite [^>]*' | \
+		sed -E 's/.*tests="([0-9]+)".*errors="([0-9]+)".*skipped="([0-9]+)".*failures="([0-9]+)".*/sdk\/java (Java $(JVER)): \1 tests, \2 errors, \4 failures, \3 skipped/'
 
 # JMH: ns per context attach+restore with the spanprof wrapper against the
 # plain SDK storage (sdk/java/src/test/java/dev/spanprof/otel/bench).
+# JMH_JAVA=$(JAVA25)/bin/java times it on Java 25.
+JMH_JAVA ?= $(JAVA17)/bin/java
 java-bench: java-sdk
 	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
-	cd sdk/java && $(JAVA17)/bin/java -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
 		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
 
 # The Python SDK (sdk/python) under each pyenv CPython: a venv per version

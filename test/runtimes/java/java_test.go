@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/test/truth"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
 var jdks = map[string]string{
@@ -101,6 +102,12 @@ func TestJavaThreadContext(t *testing.T) {
 			samples, err := truth.ReadOTLP(out)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// otel.service.name is a system property, not in the
+			// environment: only the process context the extension
+			// published from the SDK's resource can name the service.
+			if got := serviceNames(t, out); len(got) != 1 || got[0] != "spanwork-"+v.name {
+				t.Errorf("service.name of the profiles %q, want [spanwork-%s] (from the process context)", got, v.name)
 			}
 			c := score(samples, tr)
 			t.Logf("%s: in-span samples %d, with their span's ids %d (%.3f%%); linked %d, wrong %d (%.3f%%); in gaps %d, linked %d; span.name right on %d/%d linked, http.route right on %d/%d",
@@ -215,6 +222,27 @@ func runRecorded(t *testing.T, bin string, app *exec.Cmd, out string, maxSeconds
 	}
 	t.Logf("spanprof record:\n%s", log.String())
 	return appErr.String()
+}
+
+// serviceNames returns the service.name of each resource in an OTLP/JSON
+// file.
+func serviceNames(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u pprofile.JSONUnmarshaler
+	pd, err := u.UnmarshalProfiles(b)
+	if err != nil {
+		t.Fatalf("unmarshal %s: %v", path, err)
+	}
+	var names []string
+	for _, rp := range pd.ResourceProfiles().All() {
+		v, _ := rp.Resource().Attributes().Get("service.name")
+		names = append(names, v.AsString())
+	}
+	return names
 }
 
 func statsLine(stderr string) string {

@@ -36,23 +36,32 @@ final class NativeLib {
       return "no JNI library built for " + arch + " (only linux-x86_64 is packaged)";
     }
     String res = "/native/linux-x86_64/" + NAME;
-    try (InputStream in = NativeLib.class.getResourceAsStream(res)) {
-      if (in == null) {
-        return res + " missing from the jar";
+    // java.io.tmpdir first; a noexec mount there (common in containers)
+    // makes dlopen fail, so the other usual writable places follow.
+    StringBuilder why = new StringBuilder();
+    for (String d : new String[] {System.getProperty("otel.spanprof.native.dir"), System.getProperty("java.io.tmpdir"), "/dev/shm", "/var/tmp"}) {
+      if (d == null || d.isEmpty()) {
+        continue;
       }
-      Path dir = Files.createTempDirectory("spanprof-otel-");
-      Path so = dir.resolve(NAME);
-      Files.copy(in, so, StandardCopyOption.REPLACE_EXISTING);
-      System.load(so.toString());
-      // Kept while the JVM runs: the profiler opens the library by the
-      // path in /proc/PID/maps to find the variable's TLS offset.
-      dir.toFile().deleteOnExit();
-      so.toFile().deleteOnExit();
-      return null;
-    } catch (IOException | UnsatisfiedLinkError | SecurityException e) {
-      log.log(Level.WARNING, "spanprof-otel: cannot load " + NAME + ", thread context not published", e);
-      return e.toString();
+      try (InputStream in = NativeLib.class.getResourceAsStream(res)) {
+        if (in == null) {
+          return res + " missing from the jar";
+        }
+        Path dir = Files.createTempDirectory(Path.of(d), "spanprof-otel-");
+        Path so = dir.resolve(NAME);
+        // Kept while the JVM runs: the profiler opens the library by the
+        // path in /proc/PID/maps to find the variable's TLS offset.
+        dir.toFile().deleteOnExit();
+        so.toFile().deleteOnExit();
+        Files.copy(in, so, StandardCopyOption.REPLACE_EXISTING);
+        System.load(so.toString());
+        return null;
+      } catch (IOException | UnsatisfiedLinkError | SecurityException | java.nio.file.InvalidPathException e) {
+        why.append(why.length() == 0 ? "" : "; ").append(d).append(": ").append(e);
+      }
     }
+    log.log(Level.WARNING, "spanprof-otel: cannot load " + NAME + ", thread context not published: " + why);
+    return why.toString();
   }
 
   /** Sets the calling thread up: out[0] = its records, out[1] = its TLS slot; returns 0 on failure. */

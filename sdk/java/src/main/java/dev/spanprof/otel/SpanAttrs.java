@@ -4,7 +4,6 @@ import io.opentelemetry.api.common.AttributeKey;
 import io.opentelemetry.api.trace.Span;
 import io.opentelemetry.api.trace.SpanKind;
 import io.opentelemetry.sdk.trace.ReadableSpan;
-import java.nio.ByteBuffer;
 
 /**
  * The record's attributes, by the process context's key map: key 0 the span's name, key 1 its
@@ -29,7 +28,7 @@ final class SpanAttrs {
   }
 
   /** Writes the attributes at pos; returns their size in bytes. */
-  static int encode(Span span, ByteBuffer b, int pos) {
+  static int encode(Span span, byte[] b, int pos) {
     if (!SDK || !(span instanceof ReadableSpan)) {
       return 0;
     }

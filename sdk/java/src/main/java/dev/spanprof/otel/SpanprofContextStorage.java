@@ -4,6 +4,7 @@ import io.opentelemetry.api.trace.Span;
 import io.opentelemetry.context.Context;
 import io.opentelemetry.context.ContextStorage;
 import io.opentelemetry.context.Scope;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * A ContextStorage wrapper: every attach publishes the attached context's span as the thread's
@@ -16,6 +17,8 @@ final class SpanprofContextStorage implements ContextStorage {
   private static final Object VIRTUAL = new Object();
   /** Marks threads without records (library not loaded, or set-up failed). */
   private static final Object OFF = new Object();
+
+  private static final AtomicBoolean WARNED = new AtomicBoolean();
 
   private final ContextStorage delegate;
 
@@ -56,8 +59,21 @@ final class SpanprofContextStorage implements ContextStorage {
     int beforeDepth = r.depth;
     int beforeIdx = r.published;
     int beforeGen = r.generation(beforeIdx);
-    r.enter(toAttach == null ? null : Span.fromContextOrNull(toAttach));
+    try {
+      r.enter(toAttach == null ? null : Span.fromContextOrNull(toAttach));
+    } catch (RuntimeException e) {
+      failed(r, e); // the application's attach has happened: never fail it
+    }
     return new RecordScope(inner, r, beforeDepth, beforeIdx, beforeGen);
+  }
+
+  /** A switch whose record could not be written: NULL published, counted, said once. */
+  private static void failed(ThreadRecords r, RuntimeException e) {
+    r.clear();
+    SpanprofThreadContext.STATS.errors.increment();
+    if (WARNED.compareAndSet(false, true)) {
+      System.err.println("spanprof-otel: thread context not published for a context switch (NULL instead): " + e);
+    }
   }
 
   @Override
@@ -101,7 +117,11 @@ final class SpanprofContextStorage implements ContextStorage {
         SpanprofThreadContext.STATS.foreignCloses.increment();
         return;
       }
-      records.restore(beforeDepth, beforeIdx, beforeGen);
+      try {
+        records.restore(beforeDepth, beforeIdx, beforeGen);
+      } catch (RuntimeException e) {
+        failed(records, e);
+      }
     }
   }
 }

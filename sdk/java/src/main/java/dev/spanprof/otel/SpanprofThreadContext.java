@@ -27,6 +27,7 @@ public final class SpanprofThreadContext {
     final LongAdder setupFailures = new LongAdder();
     final LongAdder lostRestores = new LongAdder();
     final LongAdder foreignCloses = new LongAdder();
+    final LongAdder errors = new LongAdder();
     volatile boolean wrapped;
 
     private Stats() {}
@@ -64,6 +65,11 @@ public final class SpanprofThreadContext {
       return foreignCloses.sum();
     }
 
+    /** Context switches whose record could not be written (NULL published instead). */
+    public long errors() {
+      return errors.sum();
+    }
+
     /** Whether the context storage in use is wrapped, i.e. attaches are being published. */
     public boolean storageWrapped() {
       return wrapped;
@@ -73,14 +79,17 @@ public final class SpanprofThreadContext {
     public String toString() {
       return String.format(
           "spanprof-otel: thread context %s; %d threads set up; %d virtual-thread attaches not published;"
-              + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread",
+              + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread;"
+              + " %d switches failed",
           wrapped ? "published" : "NOT published (context storage not wrapped)",
           threads(),
           virtualThreadAttachesSkipped(),
           disabledAttachesSkipped(),
-          NativeLib.loaded() ? "loaded" : NativeLib.unavailable,
+          // Unwrapped, nothing loaded it: do not load it at shutdown just to say.
+          !wrapped ? "not needed" : NativeLib.loaded() ? "loaded" : NativeLib.unavailable,
           restoresPublishedNull(),
-          foreignThreadCloses());
+          foreignThreadCloses(),
+          errors());
     }
   }
 
@@ -103,11 +112,31 @@ public final class SpanprofThreadContext {
     if (!installed.compareAndSet(false, true)) {
       return;
     }
+    if (storageInitialized()) {
+      System.err.println("spanprof-otel: the OpenTelemetry context storage is already in use, so the thread"
+          + " context cannot be published: call SpanprofThreadContext.install() before the first span or"
+          + " context is made current (or use SDK autoconfigure / the Java agent extension)");
+    }
     ContextStorage.addWrapper(SpanprofContextStorage::new);
     // stderr, not java.util.logging: the log manager resets its handlers
     // in its own shutdown hook, which may run first.
     Runtime.getRuntime()
         .addShutdownHook(new Thread(() -> System.err.println(STATS), "spanprof-otel-stats"));
+  }
+
+  /**
+   * Whether OpenTelemetry already built its context storage, after which it ignores wrappers (and
+   * says so only at FINE). Read by reflection, as nothing public tells; false when that fails.
+   */
+  private static boolean storageInitialized() {
+    try {
+      Class<?> w = Class.forName(ContextStorage.class.getName() + "Wrappers", false, ContextStorage.class.getClassLoader());
+      java.lang.reflect.Field f = w.getDeclaredField("storageInitialized");
+      f.setAccessible(true);
+      return f.getBoolean(null);
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      return false;
+    }
   }
 
   /**

@@ -25,10 +25,13 @@ final class ThreadRecords {
   static final int ATTRS_MAX = RECORD - 28;
   static final int MAX_VALUE = 255;
 
+  // The record is assembled in a heap array and copied in one bulk put:
+  // byte-array views compile to plain stores, while each direct-buffer
+  // access carries its own checks.
   private static final VarHandle LONG_BE =
-      MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
+      MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
   private static final VarHandle SHORT_HOST =
-      MethodHandles.byteBufferViewVarHandle(short[].class, ByteOrder.nativeOrder());
+      MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.nativeOrder());
   private static final VarHandle SLOT =
       MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
   private static final byte[] HEX = new byte[128];
@@ -55,6 +58,7 @@ final class ThreadRecords {
   private long traceHi;
   private long traceLo;
   private final byte[] hex = new byte[32];
+  private final byte[] scratch = new byte[RECORD];
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
   /** The published buffer, -1 for NULL. */
@@ -125,6 +129,11 @@ final class ThreadRecords {
     publish(beforeIdx);
   }
 
+  /** Publishes NULL (a switch that failed). */
+  void clear() {
+    publish(-1);
+  }
+
   private void publish(int i) {
     // Release: the record's bytes are visible before the pointer is.
     SLOT.setRelease(slot, 0, i < 0 ? 0L : base + (long) i * RECORD);
@@ -141,13 +150,15 @@ final class ThreadRecords {
       traceLo = hex64(t, 16);
       lastTrace = t;
     }
-    LONG_BE.set(recs, off, traceHi);
-    LONG_BE.set(recs, off + 8, traceLo);
-    LONG_BE.set(recs, off + 16, hex64(sc.getSpanId(), 0));
-    recs.put(off + 24, (byte) 1);
-    recs.put(off + 25, sc.getTraceFlags().asByte());
-    int n = SpanAttrs.encode(span, recs, off + 28);
-    SHORT_HOST.set(recs, off + 26, (short) n);
+    byte[] r = scratch;
+    LONG_BE.set(r, 0, traceHi);
+    LONG_BE.set(r, 8, traceLo);
+    LONG_BE.set(r, 16, hex64(sc.getSpanId(), 0));
+    r[24] = 1;
+    r[25] = sc.getTraceFlags().asByte();
+    int n = SpanAttrs.encode(span, r, 28);
+    SHORT_HOST.set(r, 26, (short) n);
+    recs.put(off, r, 0, 28 + n);
   }
 
   /** Parses 16 lowercase hex digits (valid ids are, SpanContext checks). */
@@ -163,7 +174,7 @@ final class ThreadRecords {
   }
 
   /** Appends {key, len, value} at pos (UTF-8, cut to 255 bytes on a character boundary); returns the bytes used, 0 when it does not fit. */
-  static int putAttr(ByteBuffer b, int pos, int room, int key, String v) {
+  static int putAttr(byte[] b, int pos, int room, int key, String v) {
     if (v == null || room < 2) {
       return 0;
     }
@@ -176,7 +187,7 @@ final class ThreadRecords {
         if (n + 1 > max) {
           break;
         }
-        b.put(pos + 2 + n++, (byte) c);
+        b[pos + 2 + n++] = (byte) c;
         continue;
       }
       int cp = v.codePointAt(i);
@@ -190,21 +201,21 @@ final class ThreadRecords {
       }
       int p = pos + 2 + n;
       if (w == 2) {
-        b.put(p, (byte) (0xC0 | (cp >> 6)));
+        b[p] = (byte) (0xC0 | (cp >> 6));
       } else if (w == 3) {
-        b.put(p, (byte) (0xE0 | (cp >> 12)));
-        b.put(p + 1, (byte) (0x80 | ((cp >> 6) & 0x3F)));
+        b[p] = (byte) (0xE0 | (cp >> 12));
+        b[p + 1] = (byte) (0x80 | ((cp >> 6) & 0x3F));
       } else {
-        b.put(p, (byte) (0xF0 | (cp >> 18)));
-        b.put(p + 1, (byte) (0x80 | ((cp >> 12) & 0x3F)));
-        b.put(p + 2, (byte) (0x80 | ((cp >> 6) & 0x3F)));
+        b[p] = (byte) (0xF0 | (cp >> 18));
+        b[p + 1] = (byte) (0x80 | ((cp >> 12) & 0x3F));
+        b[p + 2] = (byte) (0x80 | ((cp >> 6) & 0x3F));
         i++; // the low surrogate
       }
-      b.put(p + w - 1, (byte) (0x80 | (cp & 0x3F)));
+      b[p + w - 1] = (byte) (0x80 | (cp & 0x3F));
       n += w;
     }
-    b.put(pos, (byte) key);
-    b.put(pos + 1, (byte) n);
+    b[pos] = (byte) key;
+    b[pos + 1] = (byte) n;
     return n + 2;
   }
 }

@@ -24,6 +24,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
@@ -179,6 +180,33 @@ class ThreadContextTest {
   }
 
   @Test
+  void aSpanThatThrowsPublishesNullAndIsCounted() {
+    Span bad = (Span) java.lang.reflect.Proxy.newProxyInstance(Span.class.getClassLoader(), new Class<?>[] {Span.class},
+        (proxy, m, args) -> {
+          if (m.getName().equals("getSpanContext")) {
+            throw new IllegalStateException("broken span");
+          }
+          if (m.getName().equals("equals")) {
+            return proxy == args[0];
+          }
+          if (m.getName().equals("hashCode")) {
+            return System.identityHashCode(proxy);
+          }
+          return java.lang.reflect.InvocationHandler.invokeDefault(proxy, m, args);
+        });
+    Span root = tracer.spanBuilder("root").startSpan();
+    try (Scope a = root.makeCurrent()) {
+      long errors = SpanprofThreadContext.stats().errors();
+      try (Scope b = Context.current().with(bad).makeCurrent()) {
+        assertEquals(0, NativeLib.slot(), "a switch that failed publishes NULL, not the parent's record");
+        assertEquals(bad, Span.current(), "the application's attach happened");
+      }
+      assertEquals(errors + 1, SpanprofThreadContext.stats().errors());
+      assertPublished(root, "root", null);
+    }
+  }
+
+  @Test
   void longAndNonAsciiNamesAreCutOnACharacterBoundary() {
     String name = "é".repeat(200); // 400 bytes of UTF-8
     Span s = tracer.spanBuilder(name).startSpan();
@@ -215,7 +243,7 @@ class ThreadContextTest {
     try {
       ofVirtual = Thread.class.getMethod("ofVirtual");
     } catch (NoSuchMethodException e) {
-      System.out.println("virtual threads: none before Java 21, not tested on " + Runtime.version());
+      Assumptions.assumeTrue(false, "no virtual threads before Java 21, this is " + Runtime.version());
       return;
     }
     Object builder = ofVirtual.invoke(null);
