@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/test/truth"
 )
 
@@ -83,6 +84,17 @@ func runPythonSpans(t *testing.T, version, mode, service string, cmd, env []stri
 	}
 	env = append(env, "OTEL_PYTHON_CONTEXT=spanprof", "OTEL_SERVICE_NAME=")
 	fix := startProgramEnv(t, env, cmd[0], args...)
+	// The variable is the extension's, found where the interpreter
+	// dlopen'ed it.
+	info, err := tracectx.Scan(fix.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(filepath.Base(info.ThreadContextModule), "_native") {
+		t.Fatalf("thread context in %q (%+v, scan errors %v), want spanprof_otel's _native extension",
+			info.ThreadContextModule, info.ThreadContext, info.Errors)
+	}
+	t.Logf("python %s %s: otel_thread_ctx_v1 in %s, reached as %v", version, mode, filepath.Base(info.ThreadContextModule), info.ThreadContext.Kind)
 	out := filepath.Join(dir, "p.otlp.json")
 	recStart := time.Now()
 	spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "4s", "--output", out)

@@ -11,6 +11,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h> /* first: pyconfig.h defines _GNU_SOURCE */
 
+#ifdef Py_GIL_DISABLED
+/* The counters, the per-thread record and the resolved names rely on the GIL. */
+#error "spanprof_otel supports CPython with the GIL only"
+#endif
+
 #define OTEL_THREAD_CTX_IMPLEMENTATION
 #include "otel_thread_ctx.h"
 
