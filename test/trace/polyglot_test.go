@@ -483,6 +483,7 @@ func checkCallWait(t *testing.T, tr string, tv live.TraceView, call spanTruth) {
 func checkSpanNames(t *testing.T, svc string, samples []gt.Sample, names map[string]string) {
 	t.Helper()
 	linked, right := 0, 0
+	wrong := map[string]int{} // "shown name ← the samples' span.name"
 	for _, s := range samples {
 		name, ok := names[s.Span]
 		if !ok {
@@ -492,7 +493,12 @@ func checkSpanNames(t *testing.T, svc string, samples []gt.Sample, names map[str
 		linked += n
 		if s.Attrs["span.name"] == name {
 			right += n
+		} else {
+			wrong[fmt.Sprintf("%q <- %q (%s)", name, s.Attrs["span.name"], s.Kind)] += n
 		}
+	}
+	if len(wrong) > 0 {
+		t.Logf("%s: linked events whose span.name is not the span's exported name: %v", svc, wrong)
 	}
 	t.Logf("%-14s span.name right on %d of %d events linked to the measured spans (%.1f %%)", svc, right, linked, gt.Pct(right, linked))
 	if linked < 50 || gt.Pct(right, linked) < 99 {
