@@ -262,7 +262,7 @@ soak: deps
 	SPANPROF_RELIABILITY_LONG=1 $(GO) test -count=1 -timeout 20m -v -run 'TestReliability' ./test/reliability/
 
 clean:
-	rm -rf bin $(OUT)
+	rm -rf bin $(OUT) $(TRACEWORK)
 	$(MAKE) -C testdata/fixtures clean
 	$(MAKE) -C testdata/reliability clean
 	$(MAKE) -C testdata/tracectx clean
