@@ -190,14 +190,15 @@ python-sdk-test: python-venvs
 		$(OUT)/python/$$v/venv/bin/python -m pytest -q -p no:cacheprovider sdk/python/tests || exit 1; \
 	done
 
-# ns per attach+detach, per asyncio handle and per span with
-# OTEL_PYTHON_CONTEXT=spanprof against the default contextvars context;
-# writes $(OUT)/python/bench.md.
+# ns per attach+detach, per asyncio handle and per span with spanprof's
+# runtime context against the default contextvars context, alternating in
+# one process per version (sdk/python/bench/bench_attach.py); writes
+# $(OUT)/python/bench.md.
 python-bench: python-venvs
 	@{ echo "| python | operation | contextvars ns | spanprof ns | added ns |"; echo "|---|---|---|---|---|"; \
 	for v in $(PY_VERSIONS); do \
 		[ -f $(OUT)/python/$$v/sdk.stamp ] || continue; \
-		$(OUT)/python/$$v/venv/bin/python sdk/python/bench/bench_attach.py --markdown || exit 1; \
+		OTEL_PYTHON_CONTEXT=spanprof $(OUT)/python/$$v/venv/bin/python sdk/python/bench/bench_attach.py --markdown || exit 1; \
 	done; } | tee $(OUT)/python/bench.md
 
 # The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud

@@ -71,6 +71,7 @@ func TestCorrelationPython(t *testing.T) {
 					runPythonSpans(t, v, mode.name, mode.service, mode.cmd, mode.env)
 				})
 			}
+			t.Run("late", func(t *testing.T) { runPythonLate(t, v, filepath.Join(venv, "bin", "python")) })
 		})
 	}
 }
@@ -224,6 +225,90 @@ func abs64(v int64) int64 {
 		return -v
 	}
 	return v
+}
+
+// runPythonLate starts spanwork.py gated: OpenTelemetry, and with it the
+// SDK's extension, is imported only once spanprof is recording, so the
+// thread context appears in a process the recording already scanned. It
+// reports how long linking took and judges the spans that began after it.
+func runPythonLate(t *testing.T, version, python string) {
+	dir := t.TempDir()
+	truthPath := filepath.Join(dir, "truth")
+	fix := exec.Command(python, filepath.Join(repoRoot, "testdata", "python", "spanwork.py"), truthPath,
+		"--sdk", "--gate", "--duration", "7")
+	fix.Env = append(os.Environ(), "OTEL_PYTHON_CONTEXT=spanprof", "OTEL_SERVICE_NAME=")
+	out := filepath.Join(dir, "p.otlp.json")
+	recordGated(t, fix, "--frequency", "999", "--duration", "9s", "--output", out)
+	b, err := os.ReadFile(truthPath + ".loaded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("bad load time %q: %v", b, err)
+	}
+	samples := readOTLP(t, out)
+	firstLinked := uint64(1<<64 - 1)
+	for _, s := range samples {
+		for _, ts := range s.Times {
+			if s.Trace != "" {
+				firstLinked = min(firstLinked, ts)
+			}
+		}
+	}
+	label := fmt.Sprintf("python %s late", version)
+	if firstLinked == 1<<64-1 {
+		t.Fatalf("%s: no sample linked to a span in 9 s of recording after OpenTelemetry was imported into the running process", label)
+	}
+	delay := time.Duration(firstLinked - loaded)
+	t.Logf("%s: first linked sample %v after the import that loaded the extension", label, delay.Round(time.Millisecond))
+	// The watcher rescans a process without a known source after
+	// pipeline.RescanAfter (2 s); allow a second rescan.
+	if delay > 5*time.Second {
+		t.Errorf("%s: linking took %v after the extension was loaded, want ≤ 5s", label, delay)
+	}
+	for _, kind := range []string{"sync", "asyncio"} {
+		spans := readTruth(t, truthPath+"."+kind)
+		// Events from the first link on: the measure then leaves out the
+		// spans that began before it and judges links against them all.
+		unlinkedBefore := 0
+		var sub []truth.Sample
+		for _, s := range samples {
+			tid, _ := strconv.Atoi(s.Attrs["thread.id"])
+			if _, ok := spans[tid]; !ok {
+				continue
+			}
+			after := s
+			after.Times, after.Values = nil, nil
+			for i, ts := range s.Times {
+				switch {
+				case ts >= firstLinked:
+					after.Times = append(after.Times, ts)
+					if i < len(s.Values) {
+						after.Values = append(after.Values, s.Values[i])
+					}
+				case ts > loaded:
+					unlinkedBefore++
+				}
+			}
+			if len(after.Times) > 0 {
+				sub = append(sub, after)
+			}
+		}
+		c := measureCorrelation(sub, spans)
+		wrong := c.Linked - c.LinkedRight
+		t.Logf("%s %s: samples before linking %d; after: in-span %d, with the right ids %d (%.3f%%); linked %d, wrong %d (%.3f%%)",
+			label, kind, unlinkedBefore, c.InSpan, c.InSpanRight, pct(c.InSpanRight, c.InSpan), c.Linked, wrong, pct(wrong, c.Linked))
+		if c.InSpan < 100 {
+			t.Fatalf("%s %s: only %d samples inside spans after linking (%s)", label, kind, c.InSpan, c.Ranges())
+		}
+		if pct(c.InSpanRight, c.InSpan) < 99 {
+			t.Errorf("%s %s: %.3f%% of in-span samples after linking carry the span's ids, want ≥ 99%%", label, kind, pct(c.InSpanRight, c.InSpan))
+		}
+		if pct(wrong, c.Linked) >= 0.1 {
+			t.Errorf("%s %s: %.3f%% of linked samples are wrong, want < 0.1%%: %s", label, kind, pct(wrong, c.Linked), describeOutside(sub, spans))
+		}
+	}
 }
 
 type spanAttrCheck struct{ linked, nameRight, routeRight int }

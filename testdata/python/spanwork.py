@@ -12,7 +12,12 @@ start..end encloses the time the thread's record may carry the span,
 held..released lies inside it) to OUT.sync and OUT.asyncio, and
 "span name route" to OUT.names.
 
-    python spanwork.py OUT [--sdk] [--threads 3] [--tasks 4]
+    python spanwork.py OUT [--sdk] [--threads 3] [--tasks 4] [--gate --duration S]
+
+--gate: print the pid first, wait for a line on stdin, and only then import
+OpenTelemetry (which dlopens the SDK's extension: a late load while the
+profiler is already watching), writing the import's end time to
+OUT.loaded; then run for S seconds and exit.
 """
 
 import argparse
@@ -23,14 +28,23 @@ import sys
 import threading
 import time
 
-from opentelemetry import context, trace
-
 ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("--sdk", action="store_true")
 ap.add_argument("--threads", type=int, default=3)
 ap.add_argument("--tasks", type=int, default=4)
+ap.add_argument("--gate", action="store_true")
+ap.add_argument("--duration", type=float, default=0)
 args = ap.parse_args()
+if args.gate:
+    print(f"pid {os.getpid()}", flush=True)
+    sys.stdin.readline()
+
+from opentelemetry import context, trace  # noqa: E402
+
+if args.gate:
+    with open(f"{args.out}.loaded", "w") as f:
+        f.write(f"{time.time_ns()}\n")
 
 if args.sdk:
     from opentelemetry.sdk.resources import Resource
@@ -159,7 +173,10 @@ signal.signal(signal.SIGTERM, on_term)
 for _ in range(3):
     with tracer.start_as_current_span("warmup"):
         burn(1)
-print(f"pid {os.getpid()}", flush=True)
+if not args.gate:
+    print(f"pid {os.getpid()}", flush=True)
+if args.duration:
+    threading.Timer(args.duration, stop.set).start()
 threads = [threading.Thread(target=worker, args=(k,)) for k in range(args.threads)]
 threads.append(threading.Thread(target=lambda: asyncio.run(tasks())))
 for t in threads:
