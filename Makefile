@@ -24,8 +24,8 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps test vet demo demo-trace bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench
+.PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
+	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench
 
 all: build
 
@@ -92,7 +92,33 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps check-generated vet java-sdk
+# The polyglot trace example's services (test/trace): the pinned
+# OpenTelemetry Java agent and API jars, fetched with mvn, and the Python
+# service's venv (CPython 3.12 from pyenv, else 3.11) with the pinned
+# OpenTelemetry distro, Flask instrumentation and spanprof's Python SDK.
+# Both live in testdata/tracework/build; done once, redone when a pin
+# changes.
+TRACEWORK := testdata/tracework/build
+JAVA_AGENT_ARTIFACTS := io.opentelemetry.javaagent:opentelemetry-javaagent:2.31.0 io.opentelemetry:opentelemetry-api:1.65.0 \
+	io.opentelemetry:opentelemetry-context:1.65.0 io.opentelemetry:opentelemetry-common:1.65.0
+PYENV_ROOT ?= $(HOME)/.pyenv
+TRACEWORK_PYTHON ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3) $(wildcard $(PYENV_ROOT)/versions/3.11.*/bin/python3))
+tracework-deps: $(TRACEWORK)/javaagent/.fetched $(TRACEWORK)/venv/.installed
+
+$(TRACEWORK)/javaagent/.fetched: Makefile
+	@mkdir -p $(@D)
+	for a in $(JAVA_AGENT_ARTIFACTS); do mvn -q -B dependency:copy -Dartifact=$$a -DoutputDirectory=$(@D) || exit 1; done
+	@touch $@
+
+$(TRACEWORK)/venv/.installed: testdata/tracework/pyservice/requirements.txt $(shell find sdk/python -type f -not -path '*/build/*' -not -name '*.pyc' 2>/dev/null)
+	@[ -n "$(TRACEWORK_PYTHON)" ] || { echo "no CPython 3.12 or 3.11 under $(PYENV_ROOT)/versions: install one with pyenv"; exit 1; }
+	rm -rf $(TRACEWORK)/venv
+	$(TRACEWORK_PYTHON) -m venv $(TRACEWORK)/venv
+	$(TRACEWORK)/venv/bin/pip install -q -r testdata/tracework/pyservice/requirements.txt
+	$(TRACEWORK)/venv/bin/pip install -q ./sdk/python
+	@touch $@
+
+test: deps check-generated vet java-sdk python-sdk-test tracework-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
@@ -130,6 +156,50 @@ java-bench: java-sdk
 	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
 	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
 		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
+
+# The Python SDK (sdk/python) under each pyenv CPython: a venv per version
+# in $(OUT)/python/VERSION/venv with the pinned OpenTelemetry packages of
+# sdk/python/constraints.txt, and the SDK built into it from the working
+# tree (again when its sources change). A version whose interpreter is
+# missing is skipped with the reason; test/e2e's Python test runs
+# python-venvs itself.
+PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
+PY_VERSIONS ?= 3.11.7 3.12.1 3.13.0
+PY_SDK_SRC := sdk/c/otel_thread_ctx.h sdk/python/pyproject.toml sdk/python/setup.py sdk/python/constraints.txt \
+	$(wildcard sdk/python/src/spanprof_otel/*.py sdk/python/src/spanprof_otel/*.c)
+PY_OTEL := opentelemetry-api opentelemetry-sdk opentelemetry-distro opentelemetry-instrumentation pytest setuptools
+
+$(OUT)/python/%/venv.stamp: sdk/python/constraints.txt
+	@py=$(PYENV_ROOT)/versions/$*/bin/python3; \
+	if [ ! -x $$py ]; then echo "python $*: skipped, $$py missing (pyenv install $*)"; exit 0; fi; \
+	rm -rf $(OUT)/python/$*/venv && mkdir -p $(OUT)/python/$* && $$py -m venv $(OUT)/python/$*/venv && \
+	$(OUT)/python/$*/venv/bin/pip install -q --disable-pip-version-check -c sdk/python/constraints.txt $(PY_OTEL) && touch $@
+
+$(OUT)/python/%/sdk.stamp: $(OUT)/python/%/venv.stamp $(PY_SDK_SRC)
+	@if [ -f $< ]; then \
+		$(OUT)/python/$*/venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+			--force-reinstall ./sdk/python && touch $@; fi
+
+python-venvs: $(foreach v,$(PY_VERSIONS),$(OUT)/python/$(v)/venv.stamp $(OUT)/python/$(v)/sdk.stamp)
+
+# pytest exits 5 when it collected no test: that is a failure here too.
+python-sdk-test: python-venvs
+	@for v in $(PY_VERSIONS); do \
+		if [ ! -f $(OUT)/python/$$v/sdk.stamp ]; then echo "python $$v: skipped, no interpreter"; continue; fi; \
+		echo "python $$v: sdk/python/tests"; \
+		$(OUT)/python/$$v/venv/bin/python -m pytest -q -p no:cacheprovider sdk/python/tests || exit 1; \
+	done
+
+# ns per attach+detach, per asyncio handle and per span with spanprof's
+# runtime context against the default contextvars context, alternating in
+# one process per version (sdk/python/bench/bench_attach.py); writes
+# $(OUT)/python/bench.md.
+python-bench: python-venvs
+	@{ echo "| python | operation | contextvars ns | spanprof ns | added ns |"; echo "|---|---|---|---|---|"; \
+	for v in $(PY_VERSIONS); do \
+		[ -f $(OUT)/python/$$v/sdk.stamp ] || continue; \
+		OTEL_PYTHON_CONTEXT=spanprof $(OUT)/python/$$v/venv/bin/python sdk/python/bench/bench_attach.py --markdown || exit 1; \
+	done; } | tee $(OUT)/python/bench.md
 
 # The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud
 # kernels under qemu (TCG) and the host kernel run the same workload.
@@ -171,6 +241,19 @@ demo-trace: deps
 	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-trace.png $(GO) test -count=1 -v -timeout 10m \
 		-run TestTwoServicesThroughCollector ./test/trace/
 
+# The polyglot trace example: the Go service calls a Java service (the
+# OpenTelemetry Java agent with spanprof's extension, sdk/java), which
+# calls a Python service (opentelemetry-instrument with
+# OTEL_PYTHON_CONTEXT=spanprof, sdk/python), over HTTP with W3C
+# traceparent; spans and profiles go through the OpenTelemetry Collector
+# to serve --otlp-listen. Checks each service's per-span on/off-CPU times
+# against its known work and the share of samples carrying their span's
+# ids, and screenshots the trace view to $(OUT)/demo-polyglot.png.
+demo-polyglot: deps java-sdk tracework-deps
+	@mkdir -p $(OUT)
+	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-polyglot.png $(GO) test -count=1 -v -timeout 10m \
+		-run TestThreeServicesPolyglot ./test/trace/
+
 # Ten minutes of the agent under process churn, lying thread contexts and
 # off-CPU load: RSS, goroutines, threads and open files over time, failing
 # on growth (bench/soak.sh; DURATION=seconds to change it). Also runs the
@@ -180,7 +263,7 @@ soak: deps
 	SPANPROF_RELIABILITY_LONG=1 $(GO) test -count=1 -timeout 20m -v -run 'TestReliability' ./test/reliability/
 
 clean:
-	rm -rf bin $(OUT)
+	rm -rf bin $(OUT) $(TRACEWORK)
 	$(MAKE) -C testdata/fixtures clean
 	$(MAKE) -C testdata/reliability clean
 	$(MAKE) -C testdata/tracectx clean

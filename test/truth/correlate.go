@@ -57,7 +57,7 @@ func ReadSpans(path string) (map[int][]Span, error) {
 type Correlation struct {
 	InSpan, InSpanRight     int // samples well inside a span window; those with its ids
 	Linked, LinkedRight     int // samples with a link; those whose link is the span at that time
-	LinkedOutside           int // linked samples outside their span's window by more than 50µs
+	LinkedOutside           int // linked samples outside every window of their span by more than 50µs
 	FunctionRight, CheckedF int
 	// Time ranges of the samples and of the spans, to tell a recording
 	// that missed the workload from one that missed its spans' ids.
@@ -141,13 +141,18 @@ func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
 						break
 					}
 				}
-				var own *Span
+				// Outside: no window of the linked span holds the
+				// sample (a span may have several, as a parent has
+				// around its child).
+				inside := false
 				for i := range spans {
-					if spans[i].Trace == s.Trace && spans[i].Span == s.Span {
-						own = &spans[i]
+					sp := &spans[i]
+					if sp.Trace == s.Trace && sp.Span == s.Span && ts+margin >= sp.Start && ts <= sp.End+margin {
+						inside = true
+						break
 					}
 				}
-				if own == nil || ts+margin < own.Start || ts > own.End+margin {
+				if !inside {
 					c.LinkedOutside++
 				}
 			}

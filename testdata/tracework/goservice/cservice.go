@@ -44,6 +44,31 @@ func (c *cService) call(ctx context.Context, cpuMS, sleepMS int) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("call c-service: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
+	return c.parse(body)
+}
+
+// callNext runs GET URL?query with the caller's span in traceparent; the
+// next service prints its own ground truth.
+func (c *cService) callNext(ctx context.Context, query string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url+"?"+query, nil)
+	if err != nil {
+		return fmt.Errorf("build next request: %w", err)
+	}
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("call next service: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("call next service: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// parse prints the C span's ground truth from its answer.
+func (c *cService) parse(body []byte) error {
 	var sidHex string
 	var startNs, endNs, cpu, slept, run int64
 	if _, err := fmt.Sscan(string(body), &sidHex, &startNs, &endNs, &cpu, &slept, &run); err != nil {

@@ -18,6 +18,13 @@
 // header; the C service exports its own span. The call span's truth is
 // the thread CPU time the call took and the rest of its wall time, spent
 // parked waiting for the answer.
+//
+// With -next-url (the polyglot example) the lines are "req GO_CPU_MS
+// GO_SLEEP_MS QUERY" and "call c-service" is "call next": an HTTP GET of
+// NEXT_URL?QUERY carrying the traceparent header, whose service prints its
+// own ground truth. In this mode each truth line also gives the span's
+// thread, and the wall-clock bounds of its work ("... TID START_NS END_NS"),
+// to judge which samples carry the span's ids.
 package main
 
 import (
@@ -90,6 +97,7 @@ func rest(d time.Duration) time.Duration {
 func main() {
 	endpoint := flag.String("endpoint", "127.0.0.1:4317", "OTLP/gRPC endpoint for spans")
 	cURL := flag.String("c-url", "", "base URL of the C service (HTTP mode)")
+	nextURL := flag.String("next-url", "", "URL of the next service's work (polyglot mode)")
 	flag.Parse()
 	ctx := context.Background()
 	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(*endpoint), otlptracegrpc.WithInsecure())
@@ -103,15 +111,21 @@ func main() {
 	var c *cService
 	if *cURL != "" {
 		c = newCService(*cURL)
+	} else if *nextURL != "" {
+		c = newCService(*nextURL)
 	}
 	// One thread, so thread CPU time is the span's CPU time.
 	runtime.LockOSThread()
+	tid := syscall.Gettid()
 	fmt.Printf("ready %d\n", os.Getpid())
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		var cpuMS, sleepMS, cCPUMS, cSleepMS int
+		var query string
 		var err error
-		if c != nil {
+		if *nextURL != "" {
+			_, err = fmt.Sscanf(in.Text(), "req %d %d %s", &cpuMS, &sleepMS, &query)
+		} else if c != nil {
 			_, err = fmt.Sscanf(in.Text(), "req %d %d %d %d", &cpuMS, &sleepMS, &cCPUMS, &cSleepMS)
 		} else {
 			_, err = fmt.Sscanf(in.Text(), "req %d %d", &cpuMS, &sleepMS)
@@ -120,24 +134,47 @@ func main() {
 			fmt.Fprintln(os.Stderr, "goservice: bad request line:", in.Text())
 			os.Exit(1)
 		}
+		// where is the thread and wall-clock bounds of a span's work in
+		// polyglot mode, nothing otherwise.
+		where := func(t0, t1 time.Time) string {
+			if *nextURL == "" {
+				return ""
+			}
+			return fmt.Sprintf(" %d %d %d", tid, t0.UnixNano(), t1.UnixNano())
+		}
 		rctx, root := tr.Start(ctx, "handle request")
 		_, s := tr.Start(rctx, "go cpu")
+		t0 := time.Now()
 		cpu, run := burn(time.Duration(cpuMS) * time.Millisecond)
+		t1 := time.Now()
 		s.End()
-		fmt.Printf("truth %s go-cpu %d 0 %d\n", s.SpanContext().SpanID(), cpu.Nanoseconds(), run.Nanoseconds())
+		fmt.Printf("truth %s go-cpu %d 0 %d%s\n", s.SpanContext().SpanID(), cpu.Nanoseconds(), run.Nanoseconds(), where(t0, t1))
 		_, s = tr.Start(rctx, "go sleep")
+		t0 = time.Now()
 		slept := rest(time.Duration(sleepMS) * time.Millisecond)
+		t1 = time.Now()
 		s.End()
-		fmt.Printf("truth %s go-sleep 0 %d 0\n", s.SpanContext().SpanID(), slept.Nanoseconds())
-		cctx, s := tr.Start(rctx, "call c-service", trace.WithSpanKind(trace.SpanKindClient))
+		fmt.Printf("truth %s go-sleep 0 %d 0%s\n", s.SpanContext().SpanID(), slept.Nanoseconds(), where(t0, t1))
+		name := "call c-service"
+		if *nextURL != "" {
+			name = "call next"
+		}
+		cctx, s := tr.Start(rctx, name, trace.WithSpanKind(trace.SpanKindClient))
 		if c != nil {
 			wall0, cpu0 := time.Now(), threadCPU()
-			if err := c.call(cctx, cCPUMS, cSleepMS); err != nil {
+			var err error
+			if *nextURL != "" {
+				err = c.callNext(cctx, query)
+			} else {
+				err = c.call(cctx, cCPUMS, cSleepMS)
+			}
+			if err != nil {
 				fmt.Fprintln(os.Stderr, "goservice:", err)
 				os.Exit(1)
 			}
 			cpu := threadCPU() - cpu0
-			fmt.Printf("truth %s go-call %d %d 0\n", s.SpanContext().SpanID(), cpu.Nanoseconds(), (time.Since(wall0) - cpu).Nanoseconds())
+			fmt.Printf("truth %s go-call %d %d 0%s\n", s.SpanContext().SpanID(), cpu.Nanoseconds(), (time.Since(wall0) - cpu).Nanoseconds(),
+				where(wall0, time.Now()))
 		} else {
 			fmt.Printf("call %s %s\n", s.SpanContext().TraceID(), s.SpanContext().SpanID())
 			if !in.Scan() || in.Text() != "ok" {
