@@ -33,9 +33,8 @@ func windowOf(sp Span) spanWindow {
 //
 // An on-CPU tick and the waits of parked goroutines (thread id 0: the
 // goroutine sampler observes them at Time, weighting each by its tick) are
-// instants; a thread's off-CPU event is the interval of Value ns from
-// Time, when the thread switched out (docs/offcpu.md), and only its
-// overlap with the window is inside.
+// instants; a thread's off-CPU event is the interval of Value ns before
+// Time, and only its overlap with the window is inside.
 func (w spanWindow) split(smp *profile.Sample, period int64) (inside, outside int64) {
 	v := smp.Value
 	if smp.Kind != profile.OffCPU {
@@ -50,7 +49,7 @@ func (w spanWindow) split(smp *profile.Sample, period int64) (inside, outside in
 		}
 		return v, 0
 	}
-	from, to := smp.Time, smp.Time.Add(time.Duration(v))
+	from, to := smp.Time.Add(-time.Duration(v)), smp.Time
 	if from.Before(w.start) {
 		from = w.start
 	}

@@ -29,11 +29,11 @@ func TestTraceClipsToSpanTime(t *testing.T) {
 	add(profile.OnCPU, 2, ms(10), 1)               // inside: 10 ms
 	add(profile.OnCPU, 2, ms(50), 2)               // inside: 20 ms
 	add(profile.OnCPU, 3, ms(900), 1)              // long after the end: outside
-	add(profile.OffCPU, 2, ms(60), int64(ms(30)))  // 60-90 ms: inside (a wait's time is its start)
-	add(profile.OffCPU, 2, ms(80), int64(ms(40)))  // 80-120 ms: 20 ms inside (plus the 1 ms slack)
+	add(profile.OffCPU, 2, ms(90), int64(ms(30)))  // 60-90 ms: inside
+	add(profile.OffCPU, 2, ms(120), int64(ms(40))) // 80-120 ms: 20 ms inside (plus the 1 ms slack)
 	add(profile.OffCPU, 0, ms(60), int64(ms(5)))   // parked goroutines at 60 ms: inside
 	add(profile.OffCPU, 0, ms(400), int64(ms(5)))  // parked goroutines at 400 ms: outside
-	add(profile.OffCPU, 4, ms(-70), int64(ms(20))) // a wait before the span began: outside
+	add(profile.OffCPU, 4, ms(-50), int64(ms(20))) // a wait before the span began: outside
 	s.AddProfile(p)
 
 	tv, ok := s.Trace(tid)

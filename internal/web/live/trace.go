@@ -250,18 +250,17 @@ func addSample(v *SpanView, smp *profile.Sample, ns int64) {
 		v.OnCPUNs += ns
 	}
 	if !smp.Time.IsZero() {
-		// An off-CPU event's time is when the thread switched out
-		// (docs/offcpu.md); the span's last activity is the end of that
-		// wait.
-		end := smp.Time
-		if smp.Kind == profile.OffCPU && smp.TID != 0 {
-			end = end.Add(time.Duration(ns))
+		// An off-CPU event's time is when the thread ran again; the
+		// span's first activity is the start of that wait.
+		start := smp.Time
+		if smp.Kind == profile.OffCPU {
+			start = start.Add(-time.Duration(ns))
 		}
-		if v.FirstSample.IsZero() || smp.Time.Before(v.FirstSample) {
-			v.FirstSample = smp.Time
+		if v.FirstSample.IsZero() || start.Before(v.FirstSample) {
+			v.FirstSample = start
 		}
-		if end.After(v.LastSample) {
-			v.LastSample = end
+		if smp.Time.After(v.LastSample) {
+			v.LastSample = smp.Time
 		}
 	}
 }
