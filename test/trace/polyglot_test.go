@@ -384,11 +384,12 @@ func TestThreeServicesPolyglot(t *testing.T) {
 				}
 				if kind == "off_cpu" {
 					// A wait is inside a span when its middle is: its
-					// time is when it began, its value how long it took.
+					// time is when it ended (the thread ran again), its
+					// value how long it took.
 					s.Times = slices.Clone(s.Times)
 					for i := range s.Times {
 						if i < len(s.Values) {
-							s.Times[i] += uint64(s.Values[i] / 2)
+							s.Times[i] -= uint64(s.Values[i] / 2)
 						}
 					}
 				}
@@ -558,14 +559,15 @@ func checkWindowTimes(t *testing.T, svc string, samples []gt.Sample, spans []spa
 					if i >= len(s.Values) {
 						continue
 					}
-					// An off-CPU event's time is when the thread left the
-					// CPU (bpf/offcpu.h stamps the capture at switch-out);
+					// An off-CPU event's time is when the thread ran
+					// again (bpf/offcpu.h stamps the record at switch-in);
 					// its value is how long it stayed off.
-					w0, w1 := max(t0, sp.start), min(t0+s.Values[i], sp.end)
+					b0 := t0 - s.Values[i]
+					w0, w1 := max(b0, sp.start), min(t0, sp.end)
 					if w1 > w0 {
 						off += w1 - w0
 						events = append(events, fmt.Sprintf("[%+.1f, %+.1f] ms of the span's start (%s, %s, %s, link %s)",
-							float64(t0-sp.start)/1e6, float64(t0+s.Values[i]-sp.start)/1e6, s.Attrs["off_cpu.reason"],
+							float64(b0-sp.start)/1e6, float64(t0-sp.start)/1e6, s.Attrs["off_cpu.reason"],
 							s.Attrs["thread.name"], s.Attrs["thread.state"], s.Span))
 					}
 				}
