@@ -44,6 +44,9 @@ type Source interface {
 type Correlator interface {
 	Seen(pid uint32, rescan time.Duration)
 	Exec(pid uint32)
+	// LinkMap: the process's dynamic loader changed its link map (a
+	// library loaded or unloaded).
+	LinkMap(pid uint32)
 	Exit(pid uint32)
 	Info(pid uint32) (correlate.Info, bool)
 	// ForgetExited drops what the processes whose exit was handled before
@@ -52,7 +55,9 @@ type Correlator interface {
 }
 
 // RescanAfter is how long a process without a known context source waits
-// before it is inspected again (a library may have been loaded since).
+// before it is inspected again, in its first seconds (a library may have
+// been loaded since; later loads come as link-map events where the
+// loader's hook is watched).
 const RescanAfter = 2 * time.Second
 
 // Config is what a command tells its pipeline.
@@ -327,10 +332,17 @@ func (p *Pipeline) Add(r *sampler.Record) {
 }
 
 // ProcEvent hands an exec or exit to the watcher, the JIT perf maps and
-// the collector, and a fork to the perf maps (the pid runs another image)
+// the collector, a fork to the perf maps (the pid runs another image)
 // and the collector: the watcher takes a new process at its first sample,
-// as any process it has not seen.
+// as any process it has not seen; and a link-map change to the watcher
+// alone (the collector reads a library a stack runs in as it meets it).
 func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
+	if e.LinkMap {
+		if p.Correlator != nil {
+			p.Correlator.LinkMap(e.PID)
+		}
+		return
+	}
 	if e.Fork {
 		p.Symbols.JIT.NewImage(e.PID)
 		p.Collector.ProcEvent(e)
