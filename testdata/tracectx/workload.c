@@ -23,7 +23,8 @@
  * gap_work outside any span until the main thread, that long after start,
  * dlopens the context library and publishes the process context; spans
  * begin after it. WL_LATE_LIB=PATH with WL_LATE_AFTER=SECONDS has any
- * variant dlopen PATH (and leave it unused) that long after start.
+ * variant dlopen PATH (and leave it unused) that long after start. With
+ * WL_LATE_WHEN=FILE, either delay counts from the moment FILE exists.
  * WL_CTX_UPDATE=SECONDS republishes the process context that long after
  * it was published, with service.name "spanprof-workload-updated".
  * WL_EVENTS=PATH gets "loaded <realtime_ns>" right after the late dlopen
@@ -232,6 +233,16 @@ static void wl_sleep(double secs)
 		;
 }
 
+/* Waits until the file WL_LATE_WHEN names exists (at once without it),
+ * then secs more. */
+static void wl_late_wait(double secs)
+{
+	const char *gate = getenv("WL_LATE_WHEN");
+	while (gate && access(gate, F_OK) != 0 && !stop)
+		wl_sleep(0.01);
+	wl_sleep(secs);
+}
+
 #ifdef WL_DLOPEN
 /* Set once the context library is loaded, with WL_DLOPEN_DELAY. */
 static volatile int wl_ready;
@@ -350,7 +361,7 @@ int main(int argc, char **argv)
 	if (wl_late) {
 		if (wl_delayed) {
 			pthread_barrier_wait(&wl_loaded); /* the threads run gap_work meanwhile */
-			wl_sleep(delay);
+			wl_late_wait(delay);
 		}
 		wl_load();
 		wl_event("loaded");
@@ -363,7 +374,7 @@ int main(int argc, char **argv)
 	}
 #endif
 	if (getenv("WL_LATE_LIB")) {
-		wl_sleep(getenv("WL_LATE_AFTER") ? atof(getenv("WL_LATE_AFTER")) : 0);
+		wl_late_wait(getenv("WL_LATE_AFTER") ? atof(getenv("WL_LATE_AFTER")) : 0);
 		if (!dlopen(getenv("WL_LATE_LIB"), RTLD_NOW)) {
 			fprintf(stderr, "dlopen %s: %s\n", getenv("WL_LATE_LIB"), dlerror());
 			return 1;
