@@ -455,7 +455,7 @@ func reportTraceContext(w io.Writer, s correlate.Stats) {
 			s.ContextUpdates, s.ContextChecks, s.ContextCheckErrors)
 	}
 	if s.ScanErrors > 0 || s.ScansDropped > 0 {
-		fmt.Fprintf(w, "spanprof: trace context: %d of %d process inspections failed, %d not queued (queue full)\n",
+		fmt.Fprintf(w, "spanprof: trace context: %d of %d process inspections failed (most often the process was gone), %d not queued (queue full)\n",
 			s.ScanErrors, s.Scanned, s.ScansDropped)
 	}
 }

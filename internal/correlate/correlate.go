@@ -429,6 +429,26 @@ func (w *Watcher) attachLoader(l tracectx.Hook) {
 	w.log.Debug("watching library loads", "loader", l.Path)
 }
 
+// WatchLoaders attaches the link-map event to the loader files at paths
+// that exist (tracectx.SystemLoaders), before any process is scanned:
+// attaching a uprobe takes privileges the commands drop once started, so
+// a loader first met in a scan after that cannot be watched any more
+// (counted, LoaderAttachErrors). A loader of another file (a container's)
+// is attached as its processes are scanned, where that still can be.
+func (w *Watcher) WatchLoaders(paths []string) {
+	for _, p := range paths {
+		l, err := tracectx.LoaderAt(p)
+		if errors.Is(err, unix.ENOENT) {
+			continue // not this system's
+		}
+		if err != nil {
+			w.log.Debug("dynamic loader not watched", "path", p, "error", err)
+			continue
+		}
+		w.attachLoader(*l)
+	}
+}
+
 // LinkMap tells the watcher that pid's dynamic loader changed its link
 // map (a library loaded or unloaded): the process is scanned at once and
 // again after each of LinkRetries, counted from the last change. A

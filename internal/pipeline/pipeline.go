@@ -23,6 +23,7 @@ import (
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
 
@@ -238,6 +239,10 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	if p.sampler == nil {
 		return errors.New("start pipeline: its source was not opened by Open")
 	}
+	// The system's dynamic loaders, while the command still holds what
+	// attaching a uprobe takes: their link-map changes (late dlopens)
+	// rescan the processes concerned.
+	p.watch.WatchLoaders(tracectx.SystemLoaders)
 	for _, pid := range p.cfg.PIDs {
 		if err := p.watch.Scan(uint32(pid)); err != nil {
 			p.log.Warn("inspect process for trace context", "pid", pid, "error", err)

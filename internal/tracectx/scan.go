@@ -416,6 +416,38 @@ func isMuslLibc(path string) bool {
 // r_brk), at start-up and at each dlopen and dlclose.
 const LoaderHookSymbol = "_dl_debug_state"
 
+// SystemLoaders are the dynamic loaders' paths (PT_INTERP names) of
+// glibc and musl on x86-64 and arm64.
+var SystemLoaders = []string{
+	"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1",
+	"/lib/ld-musl-x86_64.so.1", "/lib/ld-musl-aarch64.so.1",
+}
+
+// LoaderAt returns the debugger hook of the loader file at path, named
+// as a scan of a process mapping that file names it (Hook.File: device
+// and inode as the maps show them), so that a caller can attach to it
+// before any process is scanned.
+func LoaderAt(path string) (*Hook, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("stat loader: %w", err)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open loader: %w", err)
+	}
+	defer f.Close()
+	ds, err := readDynsym(f)
+	if err != nil {
+		return nil, fmt.Errorf("read .dynsym of %s: %w", path, err)
+	}
+	off, err := funcOffset(f, ds, LoaderHookSymbol, path)
+	if err != nil {
+		return nil, err
+	}
+	return &Hook{Path: path, OpenPath: path, Offset: off, File: devName(st.Dev) + " " + strconv.FormatUint(st.Ino, 10)}, nil
+}
+
 // isLoader reports whether a mapped file may be a dynamic loader, the
 // only files LoaderHookSymbol is looked up in: glibc's ld-linux-*.so.*
 // (ld-*.so on some), musl's libc.
