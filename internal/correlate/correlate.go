@@ -272,6 +272,16 @@ func (w *Watcher) scanPID(pid uint32, why reason) error {
 			return nil
 		}
 		w.stats.configured.Add(1)
+	} else if before != (bpf.SamplerProcConfig{}) {
+		// A rescan found the source gone (the library unloaded): the
+		// programs stop reading where it was.
+		w.mu.Lock()
+		configured := st.configured
+		st.configured = false
+		w.mu.Unlock()
+		if configured {
+			_ = w.k.DeleteProcConfig(pid)
+		}
 	}
 	w.mu.Lock()
 	st.info = r.info

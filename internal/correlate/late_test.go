@@ -250,3 +250,28 @@ func TestLoaderAttachFailure(t *testing.T) {
 		t.Fatalf("%d rescans of an unresolved process, want 1", n)
 	}
 }
+
+// TestLinkMapUnload: a rescan after a library holding the source was
+// unloaded deletes the kernel's configuration, so nothing reads where the
+// variable was.
+func TestLinkMapUnload(t *testing.T) {
+	k := &fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}
+	p := &fakeProc{maps: "exe ld.so libctx.so", info: tracectx.ProcessInfo{
+		ThreadContext: tracectx.Location{Kind: tracectx.LocationDTV, Offset: 16, ModuleID: 3}}}
+	w := fakeWatcher(t, k, p)
+	if err := w.Scan(42); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := k.configs[42]; !ok {
+		t.Fatal("no configuration written for the source")
+	}
+	p.set(func(p *fakeProc) { p.maps, p.info = "exe ld.so", tracectx.ProcessInfo{} })
+	w.LinkMap(42)
+	drain(w)
+	if cfg, ok := k.configs[42]; ok {
+		t.Fatalf("configuration %+v kept after the library holding the source was unloaded", cfg)
+	}
+	if info, _ := w.Info(42); info.Source != "" {
+		t.Fatalf("source %q after the unload, want none", info.Source)
+	}
+}
