@@ -893,6 +893,27 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+/* The dynamic loader's debugger hook, _dl_debug_state (glibc's ld.so,
+ * musl's libc.so), which it calls as the link map changes: a library
+ * loaded or unloaded after start-up (dlopen, dlclose; at start-up too).
+ * Attached per loader file, so one attach covers every process of that
+ * loader. User space rescans the process for a context source it may
+ * have loaded. An event of the ring like an exec, in order with the
+ * samples around it; it waits for the next poll. */
+SEC("uprobe")
+int on_link_map(struct pt_regs *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct proc_lifecycle *e;
+
+	if (!wanted(tgid))
+		return 0;
+	e = proc_event_reserve(tgid, PROC_LINKMAP);
+	if (e)
+		proc_event_submit(e);
+	return 0;
+}
+
 #include "offcpu.h"
 
 /* Referenced so the enums reach BTF and bpf2go can emit them for Go. */

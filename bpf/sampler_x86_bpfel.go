@@ -89,9 +89,10 @@ type SamplerProcConfig struct {
 type SamplerProcEventKind uint32
 
 const (
-	SamplerProcEventKindPROC_EXEC SamplerProcEventKind = 1
-	SamplerProcEventKindPROC_EXIT SamplerProcEventKind = 2
-	SamplerProcEventKindPROC_FORK SamplerProcEventKind = 3
+	SamplerProcEventKindPROC_EXEC    SamplerProcEventKind = 1
+	SamplerProcEventKindPROC_EXIT    SamplerProcEventKind = 2
+	SamplerProcEventKindPROC_FORK    SamplerProcEventKind = 3
+	SamplerProcEventKindPROC_LINKMAP SamplerProcEventKind = 4
 )
 
 type SamplerProcLifecycle struct {
@@ -203,6 +204,7 @@ const (
 	SamplerProgOnExec             = "on_exec"
 	SamplerProgOnExit             = "on_exit"
 	SamplerProgOnFork             = "on_fork"
+	SamplerProgOnLinkMap          = "on_link_map"
 	SamplerProgSampleOnCpu        = "sample_on_cpu"
 	SamplerProgSchedSwitchBtf     = "sched_switch_btf"
 	SamplerProgSchedSwitchRaw     = "sched_switch_raw"
@@ -270,6 +272,7 @@ type SamplerProgramSpecs struct {
 	OnExec          *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnExit          *ebpf.ProgramSpec `ebpf:"on_exit"`
 	OnFork          *ebpf.ProgramSpec `ebpf:"on_fork"`
+	OnLinkMap       *ebpf.ProgramSpec `ebpf:"on_link_map"`
 	SampleOnCpu     *ebpf.ProgramSpec `ebpf:"sample_on_cpu"`
 	SchedSwitchBtf  *ebpf.ProgramSpec `ebpf:"sched_switch_btf"`
 	SchedSwitchRaw  *ebpf.ProgramSpec `ebpf:"sched_switch_raw"`
@@ -396,6 +399,7 @@ type SamplerPrograms struct {
 	OnExec          *ebpf.Program `ebpf:"on_exec"`
 	OnExit          *ebpf.Program `ebpf:"on_exit"`
 	OnFork          *ebpf.Program `ebpf:"on_fork"`
+	OnLinkMap       *ebpf.Program `ebpf:"on_link_map"`
 	SampleOnCpu     *ebpf.Program `ebpf:"sample_on_cpu"`
 	SchedSwitchBtf  *ebpf.Program `ebpf:"sched_switch_btf"`
 	SchedSwitchRaw  *ebpf.Program `ebpf:"sched_switch_raw"`
@@ -407,6 +411,7 @@ func (p *SamplerPrograms) Close() error {
 		p.OnExec,
 		p.OnExit,
 		p.OnFork,
+		p.OnLinkMap,
 		p.SampleOnCpu,
 		p.SchedSwitchBtf,
 		p.SchedSwitchRaw,

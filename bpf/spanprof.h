@@ -179,6 +179,9 @@ enum proc_event_kind {
 	PROC_EXEC = 1,
 	PROC_EXIT = 2,
 	PROC_FORK = 3, /* a new process (not a thread); parent is set */
+	/* The dynamic loader changed the process's link map (dlopen, dlclose):
+	 * its debugger hook _dl_debug_state ran. Only pid is set. */
+	PROC_LINKMAP = 4,
 };
 
 #define EXEC_PATH_LEN 256

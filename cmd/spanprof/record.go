@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/cli"
+	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/debuginfod"
 	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/gowait"
@@ -345,6 +346,9 @@ loop:
 		fmt.Fprintf(stderr, "spanprof: %d pids were taken by a fork after their process exited; samples after the fork were symbolized against the new process\n", n)
 	}
 	reportExitMaps(stderr, tracker.ExitStats(), counters)
+	if w, ok := p.Correlator.(interface{ Stats() correlate.Stats }); ok {
+		reportTraceContext(stderr, w.Stats())
+	}
 	st := c.Stats()
 	if n := st.CtxAttrsUnnamed + st.CtxAttrsMalformed + st.CtxAttrsCut; n > 0 {
 		fmt.Fprintf(stderr, "spanprof: thread-context attributes left out: %d unnamed by the process context's key map, %d samples with malformed attributes, %d samples past the bound on distinct attribute sets (their trace ids are kept)\n",
@@ -435,4 +439,23 @@ func outputName(path string) string {
 		return "stdout"
 	}
 	return path
+}
+
+// reportTraceContext tells what the trace-context watcher found after
+// the processes' start: libraries loaded late, process contexts
+// republished, and what it could not read. Silent when none of it
+// happened.
+func reportTraceContext(w io.Writer, s correlate.Stats) {
+	if s.LinkEvents > 0 || s.LoaderAttachErrors > 0 {
+		fmt.Fprintf(w, "spanprof: trace context: %d library loads or unloads seen (%d before a first inspection), %d inspections after them found %d new context sources (%d failed); %d dynamic loaders watched, %d could not be (late loads in their processes not seen)\n",
+			s.LinkEvents, s.LinkEventsEarly, s.LinkRescans, s.LinkFound, s.LinkScanErrors, s.LoadersAttached, s.LoaderAttachErrors)
+	}
+	if s.ContextUpdates > 0 || s.ContextCheckErrors > 0 {
+		fmt.Fprintf(w, "spanprof: trace context: %d process-context updates read again (of %d checks, %d unreadable)\n",
+			s.ContextUpdates, s.ContextChecks, s.ContextCheckErrors)
+	}
+	if s.ScanErrors > 0 || s.ScansDropped > 0 {
+		fmt.Fprintf(w, "spanprof: trace context: %d of %d process inspections failed (most often the process was gone), %d not queued (queue full)\n",
+			s.ScanErrors, s.Scanned, s.ScansDropped)
+	}
 }

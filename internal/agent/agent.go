@@ -304,7 +304,7 @@ func (a *Agent) handle(e sampler.Event) {
 			a.m.filtered.Inc()
 			return
 		}
-	case e.Proc != nil:
+	case e.Proc != nil && !e.Proc.LinkMap:
 		delete(a.match, e.Proc.PID) // an exec may change the executable
 	}
 	a.p.Handle(e)

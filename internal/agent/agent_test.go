@@ -90,7 +90,8 @@ func (c *fakeCorrelator) Seen(pid uint32, _ time.Duration) {
 	defer c.mu.Unlock()
 	c.seen[pid]++
 }
-func (c *fakeCorrelator) Exec(uint32) {}
+func (c *fakeCorrelator) Exec(uint32)    {}
+func (c *fakeCorrelator) LinkMap(uint32) {}
 func (c *fakeCorrelator) Stats() correlate.Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()

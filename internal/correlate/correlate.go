@@ -27,6 +27,10 @@ type Kernel interface {
 	SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error
 	DeleteProcConfig(pid uint32) error
 	AttachHook(path string, offset uint64) error
+	// AttachLoader attaches the link-map event to a dynamic loader's
+	// debugger hook (tracectx.LoaderHookSymbol), for every process of
+	// that loader file.
+	AttachLoader(path string, offset uint64) error
 }
 
 // Info is what correlate learnt of one process, for resource attributes.
@@ -60,7 +64,54 @@ type Stats struct {
 	// Unchanged counts the rescans (of the Scanned) that stopped at the
 	// maps: the same as at a scan that found nothing and no error.
 	Unchanged uint64
+	// ScansDropped counts scans not queued: the queue was full.
+	ScansDropped uint64
+	// LoadersAttached counts the loader files whose link-map changes
+	// are seen (Kernel.AttachLoader); LoaderAttachErrors those where the
+	// uprobe could not attach, whose processes are rescanned only in
+	// their first seconds (Seen).
+	LoadersAttached, LoaderAttachErrors uint64
+	// LinkEvents counts the link-map changes handed to LinkMap;
+	// LinkEventsEarly those of processes not scanned yet, whose first
+	// scan reads the link map as it is then.
+	LinkEvents, LinkEventsEarly uint64
+	// LinkRescans counts the scans a link-map change asked for (at once
+	// and the retries after it; of the Scanned); LinkFound those that
+	// found a context source or process context the process did not
+	// have configured before; LinkScanErrors those that failed.
+	LinkRescans, LinkFound, LinkScanErrors uint64
+	// ContextChecks counts the reads of a known process context's
+	// header (every ContextCheckEvery); ContextUpdates those that found
+	// it republished, which rescan the process; ContextCheckErrors those
+	// that could not read it (gone or unmapped: rescanned too).
+	ContextChecks, ContextUpdates, ContextCheckErrors uint64
 }
+
+// Why a scan is queued.
+type reason uint8
+
+const (
+	firstScan   reason = iota // first sight, or a rescan of an unresolved process (Seen)
+	linkScan                  // a link-map change or a retry after one
+	contextScan               // the process context was republished
+)
+
+type scanReq struct {
+	pid uint32
+	why reason
+}
+
+// LinkRetries are the delays after a link-map change at which the
+// process is scanned once more, besides at once: glibc calls its debugger
+// hook when the new object is in the link map (RT_CONSISTENT) but before
+// it relocates it, so the GOT slots a scan reads may not be written yet
+// at the first scan.
+var LinkRetries = []time.Duration{100 * time.Millisecond, time.Second}
+
+// ContextCheckEvery is how often the header of each known process
+// context is read to tell an update (a 32-byte read per process that
+// publishes one).
+const ContextCheckEvery = 5 * time.Second
 
 // Watcher scans processes on demand and keeps the kernel configured.
 type Watcher struct {
@@ -72,14 +123,28 @@ type Watcher struct {
 	procs map[uint32]*state
 	hooks map[string]bool // hook file + offset already attached
 
-	queue chan uint32
-	stats struct{ scanned, configured, errors, hooks, unchanged atomic.Uint64 }
-	seed  maphash.Seed
+	loaders map[string]bool // loader files (tracectx.Hook.File) attached or failed
+
+	queue chan scanReq
+	stats struct {
+		scanned, configured, errors, hooks, unchanged, dropped atomic.Uint64
+		loaders, loaderErrors, links, linksEarly               atomic.Uint64
+		linkRescans, linkFound, linkErrors                     atomic.Uint64
+		contextChecks, contextUpdates, contextErrors           atomic.Uint64
+	}
+	// loaderWarned: the fall back was logged.
+	loaderWarned atomic.Bool
+	seed         maphash.Seed
 	// scanner remembers what each mapped file said, so libc is read once
 	// and not once per process and scan.
 	scanner *tracectx.Scanner
 	// reads shares the tracker's read of a new process (nil: none).
 	reads Reads
+
+	// The reads of a process, replaced by tests.
+	scan      func(pid int, r *tracectx.ProcRead) (*tracectx.ProcessInfo, error)
+	readMaps  func(pid int) ([]byte, error)
+	published func(pid int, addr uint64) (uint64, error)
 }
 
 type state struct {
@@ -97,6 +162,19 @@ type state struct {
 	// text summed in mapsSum.
 	quiet   bool
 	mapsSum uint64
+	// cfg is the configuration the last scan wrote (zero: none), so a
+	// rescan tells a new source.
+	cfg bpf.SamplerProcConfig
+	// ctxAddr, ctxPublished: the process context's header and the
+	// monotonic_published_at_ns the last scan read (0: none).
+	ctxAddr, ctxPublished uint64
+	// linkQueued: a scan for a link-map change is queued, not begun.
+	linkQueued bool
+	// linkAt is the last link-map change, linkStep the next of
+	// LinkRetries after it, retry its timer (nil: none pending).
+	linkAt   time.Time
+	linkStep int
+	retry    *time.Timer
 }
 
 // New returns a watcher; call Run to process the queue.
@@ -104,9 +182,12 @@ func New(k Kernel, goc GoConfig, log *slog.Logger) *Watcher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Watcher{k: k, goc: goc, log: log, procs: map[uint32]*state{},
-		hooks: map[string]bool{}, queue: make(chan uint32, 4096), scanner: tracectx.NewScanner(1024),
-		seed: maphash.MakeSeed()}
+	w := &Watcher{k: k, goc: goc, log: log, procs: map[uint32]*state{},
+		hooks: map[string]bool{}, loaders: map[string]bool{}, queue: make(chan scanReq, 4096),
+		scanner: tracectx.NewScanner(1024), seed: maphash.MakeSeed(),
+		readMaps: tracectx.ReadMaps, published: tracectx.ReadContextPublishedAt}
+	w.scan = w.scanner.ScanRead
+	return w
 }
 
 // ShareReads has the scans take the /proc reads r made of a process just
@@ -116,15 +197,30 @@ func (w *Watcher) ShareReads(r Reads) { w.reads = r }
 
 // Scan inspects pid now and configures the kernel. It is what the
 // recording calls for its targets before sampling starts.
-func (w *Watcher) Scan(pid uint32) error {
+func (w *Watcher) Scan(pid uint32) error { return w.scanPID(pid, firstScan) }
+
+func (w *Watcher) scanPID(pid uint32, why reason) error {
 	w.mu.Lock()
 	var prev scanSum
-	if st := w.procs[pid]; st != nil && st.quiet {
-		prev = scanSum{quiet: true, maps: st.mapsSum}
+	var before bpf.SamplerProcConfig
+	var beforeCtx uint64
+	if st := w.procs[pid]; st != nil {
+		if st.quiet {
+			prev = scanSum{quiet: true, maps: st.mapsSum}
+		}
+		before, beforeCtx = st.cfg, st.ctxAddr
+		if why == linkScan {
+			st.linkQueued = false
+		}
 	}
 	w.mu.Unlock()
-	info, cfg, hooks, sum, err := w.inspect(pid, prev)
+	// A link-map change or an update came after any read the tracker
+	// made: read the process as it is now.
+	r, err := w.inspect(pid, prev, why != firstScan)
 	w.stats.scanned.Add(1)
+	if why == linkScan {
+		w.stats.linkRescans.Add(1)
+	}
 	w.mu.Lock()
 	st := w.procs[pid]
 	if st == nil {
@@ -133,18 +229,28 @@ func (w *Watcher) Scan(pid uint32) error {
 	}
 	st.scannedAt = time.Now()
 	st.scans++
-	st.quiet, st.mapsSum = sum.quiet, sum.maps
+	st.quiet, st.mapsSum = r.sum.quiet, r.sum.maps
 	w.mu.Unlock()
 	if err != nil {
 		w.stats.errors.Add(1)
+		if why == linkScan {
+			w.stats.linkErrors.Add(1)
+		}
 		return err
 	}
-	if sum.unchanged {
+	if r.sum.unchanged {
 		w.stats.unchanged.Add(1)
 		return nil // st.info stays what the last scan found: nothing
 	}
-	for _, h := range hooks {
+	if r.loader != nil {
+		w.attachLoader(*r.loader)
+	}
+	for _, h := range r.hooks {
 		w.attachHook(h)
+	}
+	cfg := r.cfg
+	if why == linkScan && (cfg != before && cfg != (bpf.SamplerProcConfig{}) || r.ctxAddr != 0 && beforeCtx == 0) {
+		w.stats.linkFound.Add(1)
 	}
 	if cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) || cfg.GoLayout != uint8(bpf.SamplerGoLabelLayoutGO_LABELS_NONE) {
 		// Marked before the write: an exec or exit that comes while it is
@@ -166,10 +272,22 @@ func (w *Watcher) Scan(pid uint32) error {
 			return nil
 		}
 		w.stats.configured.Add(1)
+	} else if before != (bpf.SamplerProcConfig{}) {
+		// A rescan found the source gone (the library unloaded): the
+		// programs stop reading where it was.
+		w.mu.Lock()
+		configured := st.configured
+		st.configured = false
+		w.mu.Unlock()
+		if configured {
+			_ = w.k.DeleteProcConfig(pid)
+		}
 	}
 	w.mu.Lock()
-	st.info = info
-	st.resolved = info.Source != ""
+	st.info = r.info
+	st.resolved = r.info.Source != ""
+	st.cfg = cfg
+	st.ctxAddr, st.ctxPublished = r.ctxAddr, r.ctxPublished
 	w.mu.Unlock()
 	return nil
 }
@@ -182,16 +300,30 @@ type scanSum struct {
 	maps             uint64
 }
 
-func (w *Watcher) inspect(pid uint32, prev scanSum) (Info, bpf.SamplerProcConfig, []tracectx.Hook, scanSum, error) {
+// inspected is what one scan found.
+type inspected struct {
+	info   Info
+	cfg    bpf.SamplerProcConfig
+	hooks  []tracectx.Hook
+	loader *tracectx.Hook
+	sum    scanSum
+	// ctxAddr, ctxPublished: the process context's header and its
+	// monotonic_published_at_ns (0: none).
+	ctxAddr, ctxPublished uint64
+}
+
+// inspect scans pid; fresh reads /proc even when the tracker has a
+// recent read of it.
+func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, error) {
 	var cfg bpf.SamplerProcConfig
 	var pr *tracectx.ProcRead
-	if w.reads != nil {
+	if w.reads != nil && !fresh {
 		pr = w.reads.ProcRead(pid)
 	}
 	if pr == nil {
-		maps, err := tracectx.ReadMaps(int(pid))
+		maps, err := w.readMaps(int(pid))
 		if err != nil {
-			return Info{}, cfg, nil, scanSum{}, fmt.Errorf("scan pid %d: %w", pid, err)
+			return inspected{}, fmt.Errorf("scan pid %d: %w", pid, err)
 		}
 		pr = &tracectx.ProcRead{Maps: maps} // the rest read by the scan
 	}
@@ -204,11 +336,11 @@ func (w *Watcher) inspect(pid uint32, prev scanSum) (Info, bpf.SamplerProcConfig
 		// exec, which forgets the state. A rescan waits for a library
 		// or a process context to be mapped, which changes the maps.
 		sum.quiet, sum.unchanged = true, true
-		return Info{}, cfg, nil, sum, nil
+		return inspected{sum: sum}, nil
 	}
-	pi, err := w.scanner.ScanRead(int(pid), pr)
+	pi, err := w.scan(int(pid), pr)
 	if err != nil {
-		return Info{}, cfg, nil, scanSum{}, fmt.Errorf("scan pid %d: %w", pid, err)
+		return inspected{}, fmt.Errorf("scan pid %d: %w", pid, err)
 	}
 	for _, e := range pi.Errors {
 		w.log.Debug("scan", "pid", pid, "error", e)
@@ -258,7 +390,8 @@ func (w *Watcher) inspect(pid uint32, prev scanSum) (Info, bpf.SamplerProcConfig
 	// it is published, so such a process is never quiet.
 	sum.quiet = info.Source == "" && len(pi.Errors) == 0 && pi.Resource == nil && goQuiet &&
 		!bytes.Contains(pr.Maps, []byte("OTEL_CTX"))
-	return info, cfg, pi.Hooks, sum, nil
+	return inspected{info: info, cfg: cfg, hooks: pi.Hooks, loader: pi.Loader, sum: sum,
+		ctxAddr: pi.ContextAddr, ctxPublished: pi.ContextPublishedAt}, nil
 }
 
 // ErrNotGo is what a GoConfig returns for a binary that is not Go.
@@ -280,6 +413,153 @@ func (w *Watcher) attachHook(h tracectx.Hook) {
 	w.stats.hooks.Add(1)
 }
 
+// attachLoader has the kernel tell the link-map changes of every process
+// of loader l's file, once per file.
+func (w *Watcher) attachLoader(l tracectx.Hook) {
+	key := l.File
+	if key == "" {
+		key = l.OpenPath
+	}
+	w.mu.Lock()
+	done := w.loaders[key]
+	w.loaders[key] = true
+	w.mu.Unlock()
+	if done {
+		return
+	}
+	if err := w.k.AttachLoader(l.OpenPath, l.Offset); err != nil {
+		w.stats.loaderErrors.Add(1)
+		if !w.loaderWarned.Swap(true) {
+			w.log.Warn("libraries loaded late are not seen: the dynamic loader's hook could not be watched; its processes are rescanned only in their first seconds",
+				"loader", l.Path, "symbol", tracectx.LoaderHookSymbol, "error", err)
+		}
+		return
+	}
+	w.stats.loaders.Add(1)
+	w.log.Debug("watching library loads", "loader", l.Path)
+}
+
+// WatchLoaders attaches the link-map event to the loader files at paths
+// that exist (tracectx.SystemLoaders), before any process is scanned:
+// attaching a uprobe takes privileges the commands drop once started, so
+// a loader first met in a scan after that cannot be watched any more
+// (counted, LoaderAttachErrors). A loader of another file (a container's)
+// is attached as its processes are scanned, where that still can be.
+func (w *Watcher) WatchLoaders(paths []string) {
+	for _, p := range paths {
+		l, err := tracectx.LoaderAt(p)
+		if errors.Is(err, unix.ENOENT) {
+			continue // not this system's
+		}
+		if err != nil {
+			w.log.Debug("dynamic loader not watched", "path", p, "error", err)
+			continue
+		}
+		w.attachLoader(*l)
+	}
+}
+
+// LinkMap tells the watcher that pid's dynamic loader changed its link
+// map (a library loaded or unloaded): the process is scanned at once and
+// again after each of LinkRetries, counted from the last change. A
+// process not scanned yet is left to its first scan.
+func (w *Watcher) LinkMap(pid uint32) {
+	w.stats.links.Add(1)
+	w.mu.Lock()
+	st := w.procs[pid]
+	if st == nil || st.exited || st.scans == 0 {
+		w.mu.Unlock()
+		w.stats.linksEarly.Add(1)
+		return
+	}
+	st.linkAt, st.linkStep = time.Now(), 0
+	queue := !st.linkQueued
+	st.linkQueued = true
+	if st.retry == nil && len(LinkRetries) > 0 {
+		st.retry = time.AfterFunc(LinkRetries[0], func() { w.linkRetry(pid, st) })
+	}
+	w.mu.Unlock()
+	if queue {
+		w.enqueue(scanReq{pid, linkScan})
+	}
+}
+
+// linkRetry queues the retry of st due now, and arms the next one; a
+// later change has pushed the retries back.
+func (w *Watcher) linkRetry(pid uint32, st *state) {
+	w.mu.Lock()
+	if w.procs[pid] != st || st.exited || st.linkStep >= len(LinkRetries) {
+		st.retry = nil
+		w.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if due := st.linkAt.Add(LinkRetries[st.linkStep]); now.Before(due) {
+		st.retry.Reset(due.Sub(now))
+		w.mu.Unlock()
+		return
+	}
+	st.linkStep++
+	if st.linkStep < len(LinkRetries) {
+		st.retry.Reset(st.linkAt.Add(LinkRetries[st.linkStep]).Sub(now))
+	} else {
+		st.retry = nil
+	}
+	queue := !st.linkQueued
+	st.linkQueued = true
+	w.mu.Unlock()
+	if queue {
+		w.enqueue(scanReq{pid, linkScan})
+	}
+}
+
+// checkContexts reads the header of every known process context and
+// rescans the processes whose context was republished (or is gone).
+func (w *Watcher) checkContexts() {
+	type known struct {
+		pid             uint32
+		addr, published uint64
+	}
+	var ks []known
+	w.mu.Lock()
+	for pid, st := range w.procs {
+		if st.ctxAddr != 0 && !st.exited {
+			ks = append(ks, known{pid, st.ctxAddr, st.ctxPublished})
+		}
+	}
+	w.mu.Unlock()
+	for _, k := range ks {
+		w.stats.contextChecks.Add(1)
+		p, err := w.published(int(k.pid), k.addr)
+		switch {
+		case err != nil:
+			w.stats.contextErrors.Add(1)
+			w.log.Debug("read process context header", "pid", k.pid, "error", err)
+		case p == 0 || p == k.published:
+			continue // being updated (the next check reads it), or unchanged
+		default:
+			w.stats.contextUpdates.Add(1)
+		}
+		w.enqueue(scanReq{k.pid, contextScan})
+	}
+}
+
+// enqueue queues a scan, counting it when the queue is full.
+func (w *Watcher) enqueue(r scanReq) {
+	select {
+	case w.queue <- r:
+	default:
+		w.stats.dropped.Add(1)
+		if r.why == linkScan {
+			w.mu.Lock()
+			if st := w.procs[r.pid]; st != nil {
+				st.linkQueued = false
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
 // Seen queues pid for a scan if it was never scanned, or if it was
 // scanned without finding a context source more than rescan ago (a
 // library may have been loaded since, or relocation was not done yet).
@@ -296,10 +576,7 @@ func (w *Watcher) Seen(pid uint32, rescan time.Duration) {
 	}
 	w.mu.Unlock()
 	if due {
-		select {
-		case w.queue <- pid:
-		default:
-		}
+		w.enqueue(scanReq{pid, firstScan})
 	}
 }
 
@@ -358,18 +635,29 @@ func (w *Watcher) Info(pid uint32) (Info, bool) {
 // Stats returns the counters.
 func (w *Watcher) Stats() Stats {
 	return Stats{Scanned: w.stats.scanned.Load(), Configured: w.stats.configured.Load(),
-		ScanErrors: w.stats.errors.Load(), HooksAttached: w.stats.hooks.Load(), Unchanged: w.stats.unchanged.Load()}
+		ScanErrors: w.stats.errors.Load(), HooksAttached: w.stats.hooks.Load(), Unchanged: w.stats.unchanged.Load(),
+		ScansDropped:    w.stats.dropped.Load(),
+		LoadersAttached: w.stats.loaders.Load(), LoaderAttachErrors: w.stats.loaderErrors.Load(),
+		LinkEvents: w.stats.links.Load(), LinkEventsEarly: w.stats.linksEarly.Load(),
+		LinkRescans: w.stats.linkRescans.Load(), LinkFound: w.stats.linkFound.Load(), LinkScanErrors: w.stats.linkErrors.Load(),
+		ContextChecks: w.stats.contextChecks.Load(), ContextUpdates: w.stats.contextUpdates.Load(),
+		ContextCheckErrors: w.stats.contextErrors.Load()}
 }
 
-// Run scans queued processes until stop is closed.
+// Run scans queued processes, and checks the known process contexts
+// every ContextCheckEvery, until stop is closed.
 func (w *Watcher) Run(stop <-chan struct{}) {
+	tick := time.NewTicker(ContextCheckEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case pid := <-w.queue:
-			if err := w.Scan(pid); err != nil {
-				w.log.Debug("scan", "pid", pid, "error", err)
+		case <-tick.C:
+			w.checkContexts()
+		case r := <-w.queue:
+			if err := w.scanPID(r.pid, r.why); err != nil {
+				w.log.Debug("scan", "pid", r.pid, "error", err)
 			}
 		}
 	}

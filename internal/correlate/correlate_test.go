@@ -8,8 +8,10 @@ import (
 )
 
 type fakeKernel struct {
-	configs map[uint32]bpf.SamplerProcConfig
-	deletes int
+	configs   map[uint32]bpf.SamplerProcConfig
+	deletes   int
+	loaders   []string // AttachLoader's paths, in order
+	loaderErr error    // what AttachLoader returns
 }
 
 func (k *fakeKernel) SetProcConfig(pid uint32, cfg bpf.SamplerProcConfig) error {
@@ -22,6 +24,10 @@ func (k *fakeKernel) DeleteProcConfig(pid uint32) error {
 	return nil
 }
 func (k *fakeKernel) AttachHook(string, uint64) error { return nil }
+func (k *fakeKernel) AttachLoader(path string, _ uint64) error {
+	k.loaders = append(k.loaders, path)
+	return k.loaderErr
+}
 
 // TestExitKeepsResourceUntilForget checks that a process's published
 // resource outlives its exit until the next report forgets it, while its

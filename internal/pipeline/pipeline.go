@@ -23,6 +23,7 @@ import (
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
 
@@ -44,6 +45,9 @@ type Source interface {
 type Correlator interface {
 	Seen(pid uint32, rescan time.Duration)
 	Exec(pid uint32)
+	// LinkMap: the process's dynamic loader changed its link map (a
+	// library loaded or unloaded).
+	LinkMap(pid uint32)
 	Exit(pid uint32)
 	Info(pid uint32) (correlate.Info, bool)
 	// ForgetExited drops what the processes whose exit was handled before
@@ -52,7 +56,9 @@ type Correlator interface {
 }
 
 // RescanAfter is how long a process without a known context source waits
-// before it is inspected again (a library may have been loaded since).
+// before it is inspected again, in its first seconds (a library may have
+// been loaded since; later loads come as link-map events where the
+// loader's hook is watched).
 const RescanAfter = 2 * time.Second
 
 // Config is what a command tells its pipeline.
@@ -233,6 +239,10 @@ func (p *Pipeline) Start(ctx context.Context) error {
 	if p.sampler == nil {
 		return errors.New("start pipeline: its source was not opened by Open")
 	}
+	// The system's dynamic loaders, while the command still holds what
+	// attaching a uprobe takes: their link-map changes (late dlopens)
+	// rescan the processes concerned.
+	p.watch.WatchLoaders(tracectx.SystemLoaders)
 	for _, pid := range p.cfg.PIDs {
 		if err := p.watch.Scan(uint32(pid)); err != nil {
 			p.log.Warn("inspect process for trace context", "pid", pid, "error", err)
@@ -327,10 +337,17 @@ func (p *Pipeline) Add(r *sampler.Record) {
 }
 
 // ProcEvent hands an exec or exit to the watcher, the JIT perf maps and
-// the collector, and a fork to the perf maps (the pid runs another image)
+// the collector, a fork to the perf maps (the pid runs another image)
 // and the collector: the watcher takes a new process at its first sample,
-// as any process it has not seen.
+// as any process it has not seen; and a link-map change to the watcher
+// alone (the collector reads a library a stack runs in as it meets it).
 func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
+	if e.LinkMap {
+		if p.Correlator != nil {
+			p.Correlator.LinkMap(e.PID)
+		}
+		return
+	}
 	if e.Fork {
 		p.Symbols.JIT.NewImage(e.PID)
 		p.Collector.ProcEvent(e)

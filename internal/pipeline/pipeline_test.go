@@ -36,6 +36,7 @@ func (c *calls) Seen(pid uint32, rescan time.Duration) {
 	c.add("seen " + rescan.String())
 }
 func (c *calls) Exec(uint32)                        { c.add("exec") }
+func (c *calls) LinkMap(uint32)                     { c.add("linkmap") }
 func (c *calls) Exit(uint32)                        { c.add("exit") }
 func (c *calls) Info(uint32) (correlate.Info, bool) { return correlate.Info{ServiceName: "svc"}, true }
 func (c *calls) ForgetExited(time.Time)             {}

@@ -97,7 +97,9 @@ read:
 			s.decodeDrops.Add(1)
 			continue
 		}
-		if pe != nil {
+		if pe != nil && !pe.LinkMap {
+			// A link-map change leaves the process what it was: an
+			// exec before it is still read from /proc.
 			s.lastProc[pe.PID] = len(batch)
 		}
 		batch = append(batch, Event{Sample: r, Proc: pe})
@@ -122,6 +124,9 @@ read:
 // next event, or at the end.
 func (s *Sampler) order(r *Record, pe *ProcEvent, superseded bool) {
 	switch {
+	case pe != nil && pe.LinkMap:
+		// Of the process as it is, whatever is held for an exec.
+		s.queue(nil, pe, false)
 	case r != nil:
 		if r.newImage && s.execMM[r.PID] != r.execMM {
 			s.held[r.PID] = append(s.held[r.PID], r)
@@ -174,7 +179,7 @@ func (s *Sampler) releaseHeld() {
 func (s *Sampler) queue(r *Record, pe *ProcEvent, superseded bool) {
 	ev := Event{Sample: r}
 	if pe != nil {
-		if !pe.Exit && !pe.Fork && s.exec != nil {
+		if !pe.Exit && !pe.Fork && !pe.LinkMap && s.exec != nil {
 			if superseded {
 				pe.Read = s.exec.PlaceExec(pe.PID, pe.Time, pe.Image)
 			} else {

@@ -121,7 +121,12 @@ type ProcEvent struct {
 	// parent's until it execs.
 	Fork   bool
 	Parent uint32
-	Time   time.Time
+	// LinkMap: the dynamic loader changed the process's link map (a
+	// library loaded or unloaded, through its debugger hook
+	// _dl_debug_state; AttachLoader). Nothing else of the event is set
+	// but PID and Time, and the process is the same.
+	LinkMap bool
+	Time    time.Time
 	// execMM names an exec's new mm (low 32 bits of its address), as its
 	// samples taken inside the exec do.
 	execMM uint32
@@ -320,13 +325,17 @@ func (d *decoder) comm(c *[16]int8) string {
 	return s
 }
 
-// procEvent decodes an exec or exit record.
+// procEvent decodes an exec, exit, fork or link-map record.
 func (d *decoder) procEvent(raw []byte) *ProcEvent {
 	var e bpf.SamplerProcLifecycle
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&e)), procSize), raw)
 	pe := &ProcEvent{PID: e.Pid, Exit: e.Kind == uint32(bpf.SamplerProcEventKindPROC_EXIT), Time: d.conv.Time(clock.KTime(e.KtimeNs))}
-	if e.Kind == uint32(bpf.SamplerProcEventKindPROC_FORK) {
+	switch e.Kind {
+	case uint32(bpf.SamplerProcEventKindPROC_FORK):
 		pe.Fork, pe.Parent = true, e.Parent
+		return pe
+	case uint32(bpf.SamplerProcEventKindPROC_LINKMAP):
+		pe.LinkMap = true
 		return pe
 	}
 	if pe.Exit {

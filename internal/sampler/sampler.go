@@ -397,3 +397,23 @@ func (s *Sampler) AttachHook(path string, off uint64) error {
 	s.mu.Unlock()
 	return nil
 }
+
+// AttachLoader attaches the link-map program to the dynamic loader's
+// debugger hook, the function at file offset off of the loader at path
+// (_dl_debug_state), for every process mapping that file: each of them
+// then sends a ProcEvent with LinkMap set as it loads or unloads a
+// library.
+func (s *Sampler) AttachLoader(path string, off uint64) error {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	l, err := ex.Uprobe("_dl_debug_state", s.objs.OnLinkMap, &link.UprobeOptions{Address: off})
+	if err != nil {
+		return fmt.Errorf("attach uprobe to %s: %w", path, err)
+	}
+	s.mu.Lock()
+	s.links = append(s.links, l)
+	s.mu.Unlock()
+	return nil
+}

@@ -268,18 +268,24 @@ func findHook(f *elf.File, path string) (uint64, error) {
 
 // hookIn is findHook on a .dynsym already read.
 func hookIn(f *elf.File, ds *dynsym, path string) (uint64, error) {
-	_, s, ok := ds.lookup(HookSymbol, func(s elf.Symbol) bool {
+	return funcOffset(f, ds, HookSymbol, path)
+}
+
+// funcOffset returns the file offset of the function name defined in
+// ds: where a uprobe goes.
+func funcOffset(f *elf.File, ds *dynsym, name, path string) (uint64, error) {
+	_, s, ok := ds.lookup(name, func(s elf.Symbol) bool {
 		return elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF
 	})
 	if !ok {
-		return 0, fmt.Errorf("find %s in %s: %w", HookSymbol, path, ErrNotFound)
+		return 0, fmt.Errorf("find %s in %s: %w", name, path, ErrNotFound)
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
 			return s.Value - p.Vaddr + p.Off, nil
 		}
 	}
-	return 0, fmt.Errorf("find %s in %s: address %#x outside executable segments", HookSymbol, path, s.Value)
+	return 0, fmt.Errorf("find %s in %s: address %#x outside executable segments", name, path, s.Value)
 }
 
 // relocKind names a dynamic relocation type of machine that reaches a TLS

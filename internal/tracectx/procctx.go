@@ -61,6 +61,8 @@ type ProcessContext struct {
 	PublishedAtNs uint64
 	// Version is the header's version, 1 or 2.
 	Version uint32
+	// Addr is the header's address in the process.
+	Addr uint64
 	// Resource holds ProcessContext.resource.attributes; non-string values
 	// are rendered as text.
 	Resource map[string]string
@@ -108,6 +110,27 @@ func LoadProcessContext(pid int) (*ProcessContext, error) {
 	}
 	defer mem.Close()
 	return loadProcessContext(mem, maps)
+}
+
+// ReadContextPublishedAt reads the monotonic_published_at_ns of the
+// process context whose header is at addr in pid (ProcessInfo's
+// ContextAddr): one 32-byte read, so that a reader can tell an update
+// (a changed value) without reading the payload. 0 means an update is
+// under way; ErrNoProcessContext, that addr holds no header any more.
+func ReadContextPublishedAt(pid int, addr uint64) (uint64, error) {
+	mem, err := openProcMem(pid)
+	if err != nil {
+		return 0, fmt.Errorf("open process memory: %w", err)
+	}
+	defer mem.Close()
+	var hdr [procCtxHeaderSize]byte
+	if _, err := mem.ReadAt(hdr[:], int64(addr)); err != nil {
+		return 0, fmt.Errorf("read process context header at %#x: %w", addr, err)
+	}
+	if string(hdr[0:8]) != procCtxSignature {
+		return 0, fmt.Errorf("process context at %#x: bad signature: %w", addr, ErrNoProcessContext)
+	}
+	return binary.NativeEndian.Uint64(hdr[16:24]), nil
 }
 
 func isProcCtxMapping(path string) bool {
@@ -178,7 +201,7 @@ func readProcessContextAt(mem io.ReaderAt, addr uint64) (*ProcessContext, error)
 		if err != nil {
 			return nil, err
 		}
-		pc.PublishedAtNs, pc.Version = published, version
+		pc.PublishedAtNs, pc.Version, pc.Addr = published, version, addr
 		return pc, nil
 	}
 	return nil, fmt.Errorf("process context at %#x: %w", addr, ErrProcessContextBusy)

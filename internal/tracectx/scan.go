@@ -23,6 +23,9 @@ type Hook struct {
 	OpenPath string
 	// Offset is the function's file offset: the uprobe address.
 	Offset uint64
+	// File names the file as the maps do, device and inode ("fd:01
+	// 1234"): a uprobe is per inode, whatever path reaches it.
+	File string
 }
 
 // ProcessInfo is what one process publishes for trace correlation.
@@ -35,6 +38,15 @@ type ProcessInfo struct {
 	ThreadContextModule string
 	// Hooks lists every mapped file exporting spanprof_set_trace_context.
 	Hooks []Hook
+	// Loader is the dynamic loader's debugger hook (LoaderHookSymbol),
+	// which the loader calls as it loads or unloads a library; nil when
+	// no mapped loader file exports it (a static executable, a Go
+	// program without cgo).
+	Loader *Hook
+	// ContextAddr is the address of the process context's header, 0
+	// without one; ContextPublishedAt its monotonic_published_at_ns as
+	// read (ReadContextPublishedAt tells a later update).
+	ContextAddr, ContextPublishedAt uint64
 	// Resource is the OTEP 4719 process context's resource (nil if none).
 	Resource map[string]string
 	// AttributeKeyMap names the thread-context attribute keys by index;
@@ -87,8 +99,11 @@ type fileScan struct {
 	noSyms  bool   // no .dynsym: nothing to look up
 	hook    uint64
 	hookErr error
-	v       *TLSVar
-	vErr    error
+	// debugState: LoaderHookSymbol's file offset in a loader file, 0
+	// when the file is not one or does not export it.
+	debugState uint64
+	v          *TLSVar
+	vErr       error
 }
 
 // ProcRead is what the caller read of /proc/PID for a scan, so the
@@ -139,6 +154,7 @@ func (s *Scanner) ScanRead(pid int, r *ProcRead) (*ProcessInfo, error) {
 	pc, err := loadProcessContext(mem, maps)
 	switch {
 	case err == nil:
+		info.ContextAddr, info.ContextPublishedAt = pc.Addr, pc.PublishedAtNs
 		info.Resource, info.AttributeKeyMap = pc.Resource, pc.AttributeKeyMap
 		info.ServiceName = pc.Resource["service.name"]
 		info.SchemaVersion = pc.Extra[SchemaVersionKey]
@@ -222,8 +238,13 @@ func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe
 		if fs.noSyms {
 			continue
 		}
+		if fs.debugState != 0 && info.Loader == nil {
+			info.Loader = &Hook{Path: m.path, OpenPath: rootPath(pid, m.path), Offset: fs.debugState,
+				File: m.dev + " " + strconv.FormatUint(m.inode, 10)}
+		}
 		if fs.hookErr == nil {
-			info.Hooks = append(info.Hooks, Hook{Path: m.path, OpenPath: rootPath(pid, m.path), Offset: fs.hook})
+			info.Hooks = append(info.Hooks, Hook{Path: m.path, OpenPath: rootPath(pid, m.path), Offset: fs.hook,
+				File: m.dev + " " + strconv.FormatUint(m.inode, 10)})
 		} else if !errors.Is(fs.hookErr, ErrNotFound) {
 			info.Errors = append(info.Errors, fs.hookErr)
 		}
@@ -286,6 +307,9 @@ func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 	default:
 		fs.hook, fs.hookErr = hookIn(f, ds, m.path)
 		fs.v, fs.vErr = threadContextIn(f, ds, m.path)
+		if isLoader(m.path) {
+			fs.debugState, _ = funcOffset(f, ds, LoaderHookSymbol, m.path)
+		}
 	}
 	if s != nil && key.ino != 0 {
 		s.mu.Lock()
@@ -385,6 +409,51 @@ func isMuslLibc(path string) bool {
 	base := path[strings.LastIndexByte(path, '/')+1:]
 	return strings.HasPrefix(base, "ld-musl-") || strings.HasPrefix(base, "libc.musl-") ||
 		strings.Contains(path, "-linux-musl/")
+}
+
+// LoaderHookSymbol is the dynamic loader's debugger hook: glibc's ld.so
+// and musl's libc.so call it whenever the link map changes (r_debug's
+// r_brk), at start-up and at each dlopen and dlclose.
+const LoaderHookSymbol = "_dl_debug_state"
+
+// SystemLoaders are the dynamic loaders' paths (PT_INTERP names) of
+// glibc and musl on x86-64 and arm64.
+var SystemLoaders = []string{
+	"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1",
+	"/lib/ld-musl-x86_64.so.1", "/lib/ld-musl-aarch64.so.1",
+}
+
+// LoaderAt returns the debugger hook of the loader file at path, named
+// as a scan of a process mapping that file names it (Hook.File: device
+// and inode as the maps show them), so that a caller can attach to it
+// before any process is scanned.
+func LoaderAt(path string) (*Hook, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("stat loader: %w", err)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open loader: %w", err)
+	}
+	defer f.Close()
+	ds, err := readDynsym(f)
+	if err != nil {
+		return nil, fmt.Errorf("read .dynsym of %s: %w", path, err)
+	}
+	off, err := funcOffset(f, ds, LoaderHookSymbol, path)
+	if err != nil {
+		return nil, err
+	}
+	return &Hook{Path: path, OpenPath: path, Offset: off, File: devName(st.Dev) + " " + strconv.FormatUint(st.Ino, 10)}, nil
+}
+
+// isLoader reports whether a mapped file may be a dynamic loader, the
+// only files LoaderHookSymbol is looked up in: glibc's ld-linux-*.so.*
+// (ld-*.so on some), musl's libc.
+func isLoader(path string) bool {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	return strings.HasPrefix(base, "ld-") || isMuslLibc(path)
 }
 
 // interpOf returns f's PT_INTERP, "" without one.

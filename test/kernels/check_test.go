@@ -150,6 +150,9 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	checkOnCPU(t, label, c, add)
 	checkCorrelation(t, label, c, add, "gcc", "truth-corr", "corr.otlp.json")
 	checkAttributes(t, label, c, add, "gcc", "corr.otlp.json")
+	if c.result("correlation", "late") == "1" {
+		checkLateLoad(t, label, c, add)
+	}
 	if c.result("dtvcorrelation", "skipped") != "1" {
 		if c.result("dtvcorrelation", "rc") != "0" {
 			t.Errorf("%s: the dynamic-TLS correlation step failed (rc %q)", label, c.result("dtvcorrelation", "rc"))
@@ -226,6 +229,31 @@ func checkCorrelation(t *testing.T, label string, c *console, add func(string, .
 	}
 	if r.Precision() < 0.999 || r.Recall() < 0.99 {
 		t.Errorf("%s: %s correlation precision %.4f (want ≥ 0.999), recall %.4f (want ≥ 0.99)", label, what, r.Precision(), r.Recall())
+	}
+}
+
+// checkLateLoad checks that the correlation step's late dlopen came as
+// link-map events from the dynamic loader's hook (record's closing line
+// counts them), so the uprobe attached and fired on this kernel.
+func checkLateLoad(t *testing.T, label string, c *console, add func(string, ...any)) {
+	b, err := os.ReadFile(c.path("corr.log"))
+	if err != nil {
+		t.Errorf("%s: %v", label, err)
+		return
+	}
+	const seen = " library loads or unloads seen"
+	n := -1
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "libraries loaded late are not seen") {
+			t.Errorf("%s: the dynamic loader's hook could not be watched: %s", label, l)
+		}
+		if rest, ok := strings.CutPrefix(l, "spanprof: trace context: "); ok && strings.Contains(rest, seen) {
+			n = atoi(rest[:strings.Index(rest, seen)])
+		}
+	}
+	add("late dlopen: %d link-map events", max(n, 0))
+	if n < 1 {
+		t.Errorf("%s: the late dlopen of the correlation step came as no link-map event (record's log:\n%s)", label, firstLines(string(b), 30))
 	}
 }
 

@@ -86,15 +86,31 @@ oncpu() {
 
 # OTEP 4947 correlation: the gcc workload with its TLS in the executable,
 # two threads running spans, recorded for 4 s; it writes its ground truth
-# on SIGTERM.
+# on SIGTERM. Where the payload has a second library (x86-64), the
+# workload dlopens it a second into the recording: the loader's hook must
+# report the change (corr.log's closing line), and the executable's
+# variable stays the one read.
 correlation() {
-	"$R/workload-gcc" "$W/truth-corr" 600 2 >"$W/workload.out" &
+	late=""
+	if [ -f "$R/libtlsfill.so" ]; then
+		late="$W/late-go"
+		rm -f "$late"
+		WL_LATE_LIB="$R/libtlsfill.so" WL_LATE_WHEN="$late" "$R/workload-gcc" "$W/truth-corr" 600 2 >"$W/workload.out" &
+	else
+		"$R/workload-gcc" "$W/truth-corr" 600 2 >"$W/workload.out" &
+	fi
 	w=$!
-	"$R/spanprof" record --pid $w --frequency $CORR_FREQ --duration 4s --output "$W/corr.otlp.json" 2>"$W/corr.log"
+	"$R/spanprof" record --pid $w --frequency $CORR_FREQ --duration 4s --output "$W/corr.otlp.json" 2>"$W/corr.log" &
+	rec=$!
+	if [ -n "$late" ] && wait_line "$W/corr.log" "spanprof: recording" $rec; then
+		sleep 1
+		touch "$late"
+	fi
+	wait $rec
 	rc=$?
 	kill -TERM $w; wait $w
 	emit corr.log "$W/corr.log"
-	result correlation rc=$rc
+	result correlation rc=$rc late=${late:+1}
 	emit truth-corr "$W/truth-corr"
 	emit corr.otlp.json "$W/corr.otlp.json"
 }

@@ -18,6 +18,17 @@
  * after WL_TLS_FILL), WL_HOOK only calls the exported
  * spanprof_set_trace_context uprobe hook. Every span's record carries three
  * attributes derived from its span id (wl_attrs).
+ *
+ * Late loads: with WL_DLOPEN_DELAY=SECONDS, WL_DLOPEN's threads run
+ * gap_work outside any span until the main thread, that long after start,
+ * dlopens the context library and publishes the process context; spans
+ * begin after it. WL_LATE_LIB=PATH with WL_LATE_AFTER=SECONDS has any
+ * variant dlopen PATH (and leave it unused) that long after start. With
+ * WL_LATE_WHEN=FILE, either delay counts from the moment FILE exists.
+ * WL_CTX_UPDATE=SECONDS republishes the process context that long after
+ * it was published, with service.name "spanprof-workload-updated".
+ * WL_EVENTS=PATH gets "loaded <realtime_ns>" right after the late dlopen
+ * returned and "updated <realtime_ns>" after the republish.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -29,6 +40,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <dlfcn.h>
 
 /* The record's three attributes, named by the process context's
  * threadlocal.attribute_key_map (index = key byte). */
@@ -201,7 +213,41 @@ static void (*const busy_fns[MAX_THREADS])(uint64_t) = {busy_0, busy_1, busy_2, 
 static const char *const busy_names[MAX_THREADS] = {"busy_0", "busy_1", "busy_2", "busy_3",
 						    "busy_4", "busy_5", "busy_6", "busy_7"};
 
+static FILE *wl_events;
+
+static void wl_event(const char *what)
+{
+	if (!wl_events)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	fprintf(wl_events, "%s %llu\n", what, (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+	fflush(wl_events);
+}
+
+/* Sleeps secs, or less when a signal ends the run. */
+static void wl_sleep(double secs)
+{
+	struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+	while (nanosleep(&ts, &ts) != 0 && !stop)
+		;
+}
+
+/* Waits until the file WL_LATE_WHEN names exists (at once without it),
+ * then secs more. */
+static void wl_late_wait(double secs)
+{
+	const char *gate = getenv("WL_LATE_WHEN");
+	while (gate && access(gate, F_OK) != 0 && !stop)
+		wl_sleep(0.01);
+	wl_sleep(secs);
+}
+
 #ifdef WL_DLOPEN
+/* Set once the context library is loaded, with WL_DLOPEN_DELAY. */
+static volatile int wl_ready;
+static int wl_delayed;
+
 /* With WL_DLOPEN_LATE set, the threads start before the library is
  * dlopen'ed and wait here: their DTVs predate the module (glibc grows a
  * thread's DTV at its first access; musl installs a new one in every
@@ -216,6 +262,8 @@ static void *run(void *arg)
 #ifdef WL_DLOPEN
 	if (wl_late)
 		pthread_barrier_wait(&wl_loaded);
+	while (wl_delayed && !__atomic_load_n(&wl_ready, __ATOMIC_ACQUIRE) && !stop)
+		gap_work(now_ns(CLOCK_MONOTONIC) + 2000000ull);
 #endif
 	w->tid = (long)syscall(SYS_gettid);
 	w->fn = busy_names[w->idx];
@@ -273,8 +321,15 @@ int main(int argc, char **argv)
 		{"service.instance.id", "workload-1"},
 		{"deployment.environment.name", "test"},
 	};
+	if (getenv("WL_EVENTS") && !(wl_events = fopen(getenv("WL_EVENTS"), "w"))) {
+		perror(getenv("WL_EVENTS"));
+		return 1;
+	}
+	double update_after = getenv("WL_CTX_UPDATE") ? atof(getenv("WL_CTX_UPDATE")) : 0;
 #ifdef WL_DLOPEN
-	wl_late = getenv("WL_DLOPEN_LATE") != NULL;
+	double delay = getenv("WL_DLOPEN_DELAY") ? atof(getenv("WL_DLOPEN_DELAY")) : 0;
+	wl_delayed = delay > 0;
+	wl_late = getenv("WL_DLOPEN_LATE") != NULL || wl_delayed;
 	if (wl_late)
 		pthread_barrier_init(&wl_loaded, NULL, (unsigned)nthreads + 1);
 	else
@@ -304,12 +359,35 @@ int main(int argc, char **argv)
 	}
 #ifdef WL_DLOPEN
 	if (wl_late) {
+		if (wl_delayed) {
+			pthread_barrier_wait(&wl_loaded); /* the threads run gap_work meanwhile */
+			wl_late_wait(delay);
+		}
 		wl_load();
+		wl_event("loaded");
 		if (ctx_publish(attrs, 3) != 0)
 			perror("process context");
-		pthread_barrier_wait(&wl_loaded);
+		if (wl_delayed)
+			__atomic_store_n(&wl_ready, 1, __ATOMIC_RELEASE);
+		else
+			pthread_barrier_wait(&wl_loaded);
 	}
 #endif
+	if (getenv("WL_LATE_LIB")) {
+		wl_late_wait(getenv("WL_LATE_AFTER") ? atof(getenv("WL_LATE_AFTER")) : 0);
+		if (!dlopen(getenv("WL_LATE_LIB"), RTLD_NOW)) {
+			fprintf(stderr, "dlopen %s: %s\n", getenv("WL_LATE_LIB"), dlerror());
+			return 1;
+		}
+		wl_event("loaded");
+	}
+	if (update_after > 0 && !stop) {
+		wl_sleep(update_after);
+		attrs[0].value = "spanprof-workload-updated";
+		if (!stop && ctx_publish(attrs, 3) != 0)
+			perror("process context update");
+		wl_event("updated");
+	}
 	int total = 0;
 	for (int i = 0; i < nthreads; i++) {
 		pthread_join(th[i], NULL);
