@@ -107,7 +107,11 @@ final class ThreadRecords {
       return;
     }
     SpanContext sc = span.getSpanContext();
-    if (!sc.isValid()) {
+    // A remote span context (a propagated parent attached before the
+    // server span starts) is another process's span: this thread runs no
+    // span of its own, and linking its samples there would put this
+    // service's CPU time on the caller's span.
+    if (!sc.isValid() || sc.isRemote()) {
       publish(-1);
       return;
     }

@@ -7,7 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.opentelemetry.api.common.AttributeKey;
 import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.SpanContext;
 import io.opentelemetry.api.trace.SpanKind;
+import io.opentelemetry.api.trace.TraceFlags;
+import io.opentelemetry.api.trace.TraceState;
 import io.opentelemetry.api.trace.Tracer;
 import io.opentelemetry.context.Context;
 import io.opentelemetry.context.Scope;
@@ -106,6 +109,23 @@ class ThreadContextTest {
   @Test
   void invalidSpanPublishesNull() {
     try (Scope s = Span.getInvalid().makeCurrent()) {
+      assertEquals(0, NativeLib.slot());
+    }
+  }
+
+  @Test
+  void remoteParentPublishesNullAndItsChildIsPublished() {
+    SpanContext remote = SpanContext.createFromRemoteParent("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7",
+        TraceFlags.getSampled(), TraceState.getDefault());
+    try (Scope p = Span.wrap(remote).makeCurrent()) {
+      assertEquals(0, NativeLib.slot(), "a propagated parent is another process's span");
+      Span child = tracer.spanBuilder("handle").startSpan();
+      try (Scope c = child.makeCurrent()) {
+        Rec r = current();
+        assertEquals("4bf92f3577b34da6a3ce929d0e0e4736" + child.getSpanContext().getSpanId(), r.trace() + r.span());
+      } finally {
+        child.end();
+      }
       assertEquals(0, NativeLib.slot());
     }
   }
