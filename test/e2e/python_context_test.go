@@ -98,7 +98,7 @@ func runPythonSpans(t *testing.T, version, mode, service string, cmd, env []stri
 	t.Logf("python %s %s: otel_thread_ctx_v1 in %s, reached as %v", version, mode, filepath.Base(info.ThreadContextModule), info.ThreadContext.Kind)
 	out := filepath.Join(dir, "p.otlp.json")
 	recStart := time.Now()
-	spanprof(t, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "4s", "--output", out)
+	recordBounded(t, 90*time.Second, "record", "--pid", fmt.Sprint(fix.Process.Pid), "--frequency", "999", "--duration", "4s", "--output", out)
 	fix.Process.Signal(syscall.SIGTERM) // it writes its ground truth and exits
 	if err := fix.Wait(); err != nil {
 		t.Fatalf("spanwork: %v", err)
@@ -308,6 +308,36 @@ func runPythonLate(t *testing.T, version, python string) {
 		if pct(wrong, c.Linked) >= 0.1 {
 			t.Errorf("%s %s: %.3f%% of linked samples are wrong, want < 0.1%%: %s", label, kind, pct(wrong, c.Linked), describeOutside(sub, spans))
 		}
+	}
+}
+
+// recordBounded runs spanprof like spanprof() but fails the test when it
+// has not exited after limit, with its goroutines (SIGQUIT) in the log: a
+// 4 s recording once hung here until the test binary's timeout.
+func recordBounded(t *testing.T, limit time.Duration, args ...string) {
+	t.Helper()
+	var buf strings.Builder
+	cmd := exec.Command(binPath, args...)
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("spanprof %v: %v\n%s", args, err, buf.String())
+		}
+	case <-time.After(limit):
+		cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		t.Fatalf("spanprof %v still running after %v; its goroutines:\n%s", args, limit, buf.String())
 	}
 }
 

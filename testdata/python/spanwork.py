@@ -127,7 +127,6 @@ async def task(k):
         await asyncio.sleep(0)
         sname = f"task-{k}-{i}"
         route = f"/task/{k}" if i % 2 else None
-        a0 = time.time_ns()
         with tracer.start_as_current_span(sname, attributes={"http.route": route} if route else None) as s:
             marks = []
             for _ in range(4):
@@ -139,19 +138,10 @@ async def task(k):
                 r = time.time_ns()
                 await asyncio.sleep(0)  # other tasks' spans run here
                 marks.append((h, r, time.time_ns()))
-        e = time.time_ns()
-        # A step carries the span from the moment the loop starts its
-        # handle until the handle returns, which the task cannot timestamp:
-        # under load the loop's own code around a step took up to 150 µs.
-        # The outer window (where a link is judged right) allows 200 µs for
-        # it; the inner one (where the link is required) is the burst.
-        slack = 200_000
-        for j, (h, r, _) in enumerate(marks):
-            note("asyncio", tid, s, a0 if j == 0 else h - slack, r + slack, h, r, "burn")
-        # The last step ends the span: it carries the ids from its start
-        # until the detach, with no burst to require them in.
-        w = marks[-1][2]
-        note("asyncio", tid, s, w, e, w, w, "-")
+        # The bursts, where the link is required; the step windows
+        # (_timed_run) cover the loop's code around them.
+        for h, r, _ in marks:
+            note("asyncio", tid, s, h, r, h, r, "burn")
         name(s, sname, route)
         await asyncio.sleep(0)
 
@@ -161,6 +151,38 @@ async def tasks():
     while not stop.is_set():
         await asyncio.sleep(0.05)
     await asyncio.gather(*ts)
+
+
+# Ground truth of the task steps: the span a step's context holds is
+# published while the loop runs the step's handle, from before the task's
+# code resumes (the GIL may be waited for there) until after it yielded
+# (scheduling the next step), which the task cannot timestamp. This wrapper
+# around the SDK's Handle._run records each handle's wall-clock window with
+# the spans its context holds at the start and at the end (an attach or
+# detach inside a step changes it), as windows where a link is right and
+# none is required.
+_inner_run = asyncio.events.Handle.__dict__["_run"]
+
+
+def _step_spans(ctx):
+    c = ctx.run(trace.get_current_span).get_span_context()
+    return (c.trace_id, c.span_id) if c.is_valid else None
+
+
+def _timed_run(handle):
+    before = _step_spans(handle._context)
+    t0 = time.time_ns()
+    try:
+        return _inner_run(handle)
+    finally:
+        t1 = time.time_ns()
+        tid = threading.get_native_id()
+        for ids in {before, _step_spans(handle._context)} - {None}:
+            with lock:
+                truth["asyncio"].append(f"{tid} {ids[0]:032x} {ids[1]:016x} {t0} {t1} - {t0} {t0}")
+
+
+asyncio.events.Handle._run = _timed_run
 
 
 def on_term(*_):
