@@ -84,7 +84,14 @@ def test_invalid_and_remote_spans():
     context.detach(tok)
     remote = NonRecordingSpan(SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1)))
     tok = context.attach(trace.set_span_in_context(remote))
-    assert parse(spanprof_otel.record()) == ("%032x" % 0xABC, "%016x" % 0xDEF, 1, 1, {})
+    # A propagated parent is the caller's span, in another process.
+    assert spanprof_otel.record() is None
+    child = trace.get_tracer("t").start_span("handle")
+    tok2 = context.attach(trace.set_span_in_context(child))
+    assert parse(spanprof_otel.record())[:2] == ("%032x" % 0xABC, "%016x" % child.get_span_context().span_id)
+    context.detach(tok2)
+    child.end()
+    assert spanprof_otel.record() is None
     context.detach(tok)
     assert spanprof_otel.record() is None
 

@@ -54,7 +54,7 @@ static PyTypeObject *sdk_span_type; /* opentelemetry.sdk.trace.ReadableSpan, onc
 static unsigned provider_tick;
 
 static PyObject *str_get_span_context, *str_name, *str_attributes, *str_dict, *str_get, *str_http_route,
-	*str_trace_id, *str_span_id, *str__name, *str__attributes, *str__context, *str_trace_flags, *str_is_valid, *str_tracer_provider, *str_context;
+	*str_trace_id, *str_span_id, *str__name, *str__attributes, *str__context, *str_trace_flags, *str_is_valid, *str_is_remote, *str_tracer_provider, *str_context;
 
 static void clear_record(void)
 {
@@ -148,11 +148,12 @@ static int publish_span(PyObject *span)
 	}
 	if (!sc)
 		return -1;
-	PyObject *tid, *sid, *flags, *valid;
+	PyObject *tid, *sid, *flags, *valid, *remote = NULL;
 	int rc = -1, owned = 0;
 	if (Py_TYPE(sc) == span_ctx_type && PyTuple_GET_SIZE(sc) >= 6) {
 		tid = PyTuple_GET_ITEM(sc, 0);
 		sid = PyTuple_GET_ITEM(sc, 1);
+		remote = PyTuple_GET_ITEM(sc, 2);
 		flags = PyTuple_GET_ITEM(sc, 3);
 		valid = PyTuple_GET_ITEM(sc, 5);
 	} else if (sc == Py_None) {
@@ -165,13 +166,20 @@ static int publish_span(PyObject *span)
 		sid = PyObject_GetAttr(sc, str_span_id);
 		flags = PyObject_GetAttr(sc, str_trace_flags);
 		valid = PyObject_GetAttr(sc, str_is_valid);
-		if (!tid || !sid || !flags || !valid)
+		remote = PyObject_GetAttr(sc, str_is_remote);
+		if (!tid || !sid || !flags || !valid || !remote)
 			goto out;
 	}
 	int ok = PyObject_IsTrue(valid);
 	if (ok < 0)
 		goto out;
-	if (!ok) {
+	/* A remote span context (a propagated parent that instrumentation
+	 * attaches before its server span starts) is the caller's span, in
+	 * another process: this thread runs no span of its own yet. */
+	int rem = PyObject_IsTrue(remote);
+	if (rem < 0)
+		goto out;
+	if (!ok || rem) {
 		clear_record();
 		rc = 0;
 		goto out;
@@ -227,6 +235,7 @@ out:
 		Py_XDECREF(sid);
 		Py_XDECREF(flags);
 		Py_XDECREF(valid);
+		Py_XDECREF(remote);
 	}
 	Py_DECREF(sc);
 	return rc;
@@ -571,6 +580,7 @@ PyMODINIT_FUNC PyInit__native(void)
 	INTERN(str_span_id, "span_id");
 	INTERN(str_trace_flags, "trace_flags");
 	INTERN(str_is_valid, "is_valid");
+	INTERN(str_is_remote, "is_remote");
 	INTERN(str_tracer_provider, "_TRACER_PROVIDER");
 	INTERN(str_context, "_context");
 #undef INTERN
