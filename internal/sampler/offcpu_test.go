@@ -56,8 +56,10 @@ func TestOffCPUPipeWait(t *testing.T) {
 		if r.State != 'S' && r.State != 'D' {
 			t.Errorf("off-CPU record with state %q", r.State)
 		}
-		end := r.Time.Add(time.Duration(r.Value))
-		if r.Time.After(first) && r.Time.Before(second) && !end.Before(second) {
+		// A wait's record is stamped when the thread ran again: the
+		// wait began Value before it.
+		begin := r.Time.Add(-time.Duration(r.Value))
+		if begin.After(first) && begin.Before(second) && !r.Time.Before(second) {
 			found = true
 			if r.State != 'S' {
 				t.Errorf("pipe wait in state %q, want S", r.State)
