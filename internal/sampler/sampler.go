@@ -384,18 +384,7 @@ func (s *Sampler) DeleteProcConfig(pid uint32) error {
 // AttachHook attaches the trace-context writer to the function at file
 // offset off of the ELF file at path, for every process mapping it.
 func (s *Sampler) AttachHook(path string, off uint64) error {
-	ex, err := link.OpenExecutable(path)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
-	l, err := ex.Uprobe("spanprof_set_trace_context", s.objs.SetTraceContext, &link.UprobeOptions{Address: off})
-	if err != nil {
-		return fmt.Errorf("attach uprobe to %s: %w", path, err)
-	}
-	s.mu.Lock()
-	s.links = append(s.links, l)
-	s.mu.Unlock()
-	return nil
+	return s.attachUprobe(path, "spanprof_set_trace_context", s.objs.SetTraceContext, off)
 }
 
 // AttachLoader attaches the link-map program to the dynamic loader's
@@ -404,11 +393,17 @@ func (s *Sampler) AttachHook(path string, off uint64) error {
 // then sends a ProcEvent with LinkMap set as it loads or unloads a
 // library.
 func (s *Sampler) AttachLoader(path string, off uint64) error {
+	return s.attachUprobe(path, "_dl_debug_state", s.objs.OnLinkMap, off)
+}
+
+// attachUprobe attaches prog to the function sym at file offset off of
+// the ELF file at path; the link lives until Close.
+func (s *Sampler) attachUprobe(path, sym string, prog *ebpf.Program, off uint64) error {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
-	l, err := ex.Uprobe("_dl_debug_state", s.objs.OnLinkMap, &link.UprobeOptions{Address: off})
+	l, err := ex.Uprobe(sym, prog, &link.UprobeOptions{Address: off})
 	if err != nil {
 		return fmt.Errorf("attach uprobe to %s: %w", path, err)
 	}
