@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,7 +102,7 @@ type scanReq struct {
 	why reason
 }
 
-// LinkRetries are the delays after a link-map change at which the
+// LinkRetries are the default delays after a link-map change at which the
 // process is scanned once more, besides at once: glibc calls its debugger
 // hook when the new object is in the link map (RT_CONSISTENT) but before
 // it relocates it, so the GOT slots a scan reads may not be written yet
@@ -118,6 +119,9 @@ type Watcher struct {
 	k   Kernel
 	log *slog.Logger
 	goc GoConfig
+	// linkRetries: LinkRetries, read once by New, so the retry timers
+	// read no package state.
+	linkRetries []time.Duration
 
 	mu    sync.Mutex
 	procs map[uint32]*state
@@ -185,7 +189,8 @@ func New(k Kernel, goc GoConfig, log *slog.Logger) *Watcher {
 	w := &Watcher{k: k, goc: goc, log: log, procs: map[uint32]*state{},
 		hooks: map[string]bool{}, loaders: map[string]bool{}, queue: make(chan scanReq, 4096),
 		scanner: tracectx.NewScanner(1024), seed: maphash.MakeSeed(),
-		readMaps: tracectx.ReadMaps, published: tracectx.ReadContextPublishedAt}
+		readMaps: tracectx.ReadMaps, published: tracectx.ReadContextPublishedAt,
+		linkRetries: slices.Clone(LinkRetries)}
 	w.scan = w.scanner.ScanRead
 	return w
 }
@@ -475,8 +480,8 @@ func (w *Watcher) LinkMap(pid uint32) {
 	st.linkAt, st.linkStep = time.Now(), 0
 	queue := !st.linkQueued
 	st.linkQueued = true
-	if st.retry == nil && len(LinkRetries) > 0 {
-		st.retry = time.AfterFunc(LinkRetries[0], func() { w.linkRetry(pid, st) })
+	if st.retry == nil && len(w.linkRetries) > 0 {
+		st.retry = time.AfterFunc(w.linkRetries[0], func() { w.linkRetry(pid, st) })
 	}
 	w.mu.Unlock()
 	if queue {
@@ -488,20 +493,20 @@ func (w *Watcher) LinkMap(pid uint32) {
 // later change has pushed the retries back.
 func (w *Watcher) linkRetry(pid uint32, st *state) {
 	w.mu.Lock()
-	if w.procs[pid] != st || st.exited || st.linkStep >= len(LinkRetries) {
+	if w.procs[pid] != st || st.exited || st.linkStep >= len(w.linkRetries) {
 		st.retry = nil
 		w.mu.Unlock()
 		return
 	}
 	now := time.Now()
-	if due := st.linkAt.Add(LinkRetries[st.linkStep]); now.Before(due) {
+	if due := st.linkAt.Add(w.linkRetries[st.linkStep]); now.Before(due) {
 		st.retry.Reset(due.Sub(now))
 		w.mu.Unlock()
 		return
 	}
 	st.linkStep++
-	if st.linkStep < len(LinkRetries) {
-		st.retry.Reset(st.linkAt.Add(LinkRetries[st.linkStep]).Sub(now))
+	if st.linkStep < len(w.linkRetries) {
+		st.retry.Reset(st.linkAt.Add(w.linkRetries[st.linkStep]).Sub(now))
 	} else {
 		st.retry = nil
 	}

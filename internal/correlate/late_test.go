@@ -122,13 +122,12 @@ func TestLinkMapFindsLateLibrary(t *testing.T) {
 // after each of LinkRetries, counted from the last change; a process
 // not scanned yet and one that exec'd are left alone.
 func TestLinkMapRetries(t *testing.T) {
-	defer func(r []time.Duration) { LinkRetries = r }(LinkRetries)
-	LinkRetries = []time.Duration{20 * time.Millisecond, 60 * time.Millisecond}
 	k := &fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}
 	// The first scan after the load meets the unrelocated slot: an
 	// error, so the retry is not stopped by the unchanged maps.
 	p := &fakeProc{maps: "exe ld.so libctx.so", info: tracectx.ProcessInfo{Errors: []error{errors.New("slot not relocated")}}}
 	w := fakeWatcher(t, k, p)
+	w.linkRetries = []time.Duration{20 * time.Millisecond, 60 * time.Millisecond}
 	if err := w.Scan(42); err != nil {
 		t.Fatal(err)
 	}
