@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench
+	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps
 
 all: build
 
@@ -118,7 +118,20 @@ $(TRACEWORK)/venv/.installed: testdata/tracework/pyservice/requirements.txt $(sh
 	$(TRACEWORK)/venv/bin/pip install -q ./sdk/python
 	@touch $@
 
-test: deps check-generated vet java-sdk python-sdk-test tracework-deps
+# Datadog's Java agent (its profiler keeps an OTEP 4947 thread context)
+# and the OpenTelemetry API its workload is written against, for
+# test/writers/ddjava; redone when a pin changes.
+DDJAVA := testdata/ddjava/build
+DDJAVA_ARTIFACTS := com.datadoghq:dd-java-agent:1.68.1 io.opentelemetry:opentelemetry-api:1.65.0 \
+	io.opentelemetry:opentelemetry-context:1.65.0 io.opentelemetry:opentelemetry-common:1.65.0
+writer-ddjava-deps: $(DDJAVA)/.fetched
+
+$(DDJAVA)/.fetched: Makefile
+	@mkdir -p $(@D)
+	for a in $(DDJAVA_ARTIFACTS); do mvn -q -B dependency:copy -Dartifact=$$a -DoutputDirectory=$(@D) || exit 1; done
+	@touch $@
+
+test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
