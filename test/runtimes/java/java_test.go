@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/test/truth"
-	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
 var jdks = map[string]string{
@@ -103,7 +102,7 @@ func TestJavaThreadContext(t *testing.T) {
 			// otel.service.name is a system property, not in the
 			// environment: only the process context the extension
 			// published from the SDK's resource can name the service.
-			if got := serviceNames(t, out); len(got) != 1 || got[0] != "spanwork-"+v.name {
+			if got := ServiceNames(t, out); len(got) != 1 || got[0] != "spanwork-"+v.name {
 				t.Errorf("service.name of the profiles %q, want [spanwork-%s] (from the process context)", got, v.name)
 			}
 			c := Score(samples, tr)
@@ -153,27 +152,6 @@ func TestJavaThreadContext(t *testing.T) {
 			}
 		})
 	}
-}
-
-// serviceNames returns the service.name of each resource in an OTLP/JSON
-// file.
-func serviceNames(t *testing.T, path string) []string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var u pprofile.JSONUnmarshaler
-	pd, err := u.UnmarshalProfiles(b)
-	if err != nil {
-		t.Fatalf("unmarshal %s: %v", path, err)
-	}
-	var names []string
-	for _, rp := range pd.ResourceProfiles().All() {
-		v, _ := rp.Resource().Attributes().Get("service.name")
-		names = append(names, v.AsString())
-	}
-	return names
 }
 
 func statsLine(stderr string) string {

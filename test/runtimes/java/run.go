@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
 )
 
 // RunRecorded starts app, records it with spanprof from before its "go"
@@ -74,4 +77,25 @@ func RunRecorded(t *testing.T, bin string, app *exec.Cmd, out string, maxSeconds
 	}
 	t.Logf("spanprof record:\n%s", log.String())
 	return appErr.String()
+}
+
+// ServiceNames returns the service.name of each resource in an OTLP/JSON
+// file.
+func ServiceNames(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u pprofile.JSONUnmarshaler
+	pd, err := u.UnmarshalProfiles(b)
+	if err != nil {
+		t.Fatalf("unmarshal %s: %v", path, err)
+	}
+	var names []string
+	for _, rp := range pd.ResourceProfiles().All() {
+		v, _ := rp.Resource().Attributes().Get("service.name")
+		names = append(names, v.AsString())
+	}
+	return names
 }

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -138,6 +139,7 @@ func TestDDJavaThreadContext(t *testing.T) {
 			app := workload(v.jdk, build, classes, url, truthPath, warm, measure)
 			var samples []truth.Sample
 			var appErr string
+			var services []string
 			if v.mode == "record" {
 				out := filepath.Join(t.TempDir(), "ddjava.otlp.json")
 				appErr = java.RunRecorded(t, bin, app, out, warm+measure+30)
@@ -145,10 +147,18 @@ func TestDDJavaThreadContext(t *testing.T) {
 				if samples, err = truth.ReadOTLP(out); err != nil {
 					t.Fatal(err)
 				}
+				services = java.ServiceNames(t, out)
 			} else if v.mode == "launch" {
-				samples, appErr = runLaunched(t, bin, app, warm+measure+60)
+				samples, services, appErr = runLaunched(t, bin, app, warm+measure+60)
 			} else {
-				samples, appErr = runAgent(t, bin, app)
+				samples, services, appErr = runAgent(t, bin, app)
+			}
+			// dd.service is a system property, not in the environment:
+			// only the process context the agent's profiler publishes
+			// names the service.
+			slices.Sort(services)
+			if services = slices.Compact(services); len(services) != 1 || services[0] != "ddwork" {
+				t.Errorf("service.name of the profiles %q, want [ddwork] (from the process context)", services)
 			}
 			tr := java.ReadTruth(t, truthPath)
 			c := java.ScoreAttr(samples, tr, lrsKey)
@@ -182,7 +192,7 @@ func TestDDJavaThreadContext(t *testing.T) {
 // at once) and record it until it exits. The agent's profiler library is
 // loaded after spanprof has looked at the process: the test requires the
 // record log to count it as a new context source found on a library load.
-func runLaunched(t *testing.T, bin string, app *exec.Cmd, maxSeconds int) ([]truth.Sample, string) {
+func runLaunched(t *testing.T, bin string, app *exec.Cmd, maxSeconds int) ([]truth.Sample, []string, string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "ddjava.otlp.json")
 	rec := exec.Command(bin, append([]string{"record", "--frequency", "999", "--duration", fmt.Sprintf("%ds", maxSeconds),
@@ -202,29 +212,34 @@ func runLaunched(t *testing.T, bin string, app *exec.Cmd, maxSeconds int) ([]tru
 	if err != nil {
 		t.Fatal(err)
 	}
-	return samples, log.String()
+	return samples, java.ServiceNames(t, out), log.String()
 }
 
 // sink is the OTLP/gRPC profiles endpoint `spanprof agent` exports to.
 type sink struct {
 	pprofileotlp.UnimplementedGRPCServer
-	mu      sync.Mutex
-	samples []truth.Sample
+	mu       sync.Mutex
+	samples  []truth.Sample
+	services []string
 }
 
 func (s *sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
 	got := truth.Samples(req.Profiles())
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.samples = append(s.samples, got...)
-	s.mu.Unlock()
+	for _, rp := range req.Profiles().ResourceProfiles().All() {
+		v, _ := rp.Resource().Attributes().Get("service.name")
+		s.services = append(s.services, v.AsString())
+	}
 	return pprofileotlp.NewExportResponse(), nil
 }
 
 // runAgent runs app under `spanprof agent --pid` exporting to an in-test
 // sink, sends "go", waits for the app to end and the agent to stop (its
-// SIGTERM flushes what it holds), and returns what the sink received and
-// the app's stderr.
-func runAgent(t *testing.T, bin string, app *exec.Cmd) ([]truth.Sample, string) {
+// SIGTERM flushes what it holds), and returns the samples and service
+// names the sink received and the app's stderr.
+func runAgent(t *testing.T, bin string, app *exec.Cmd) ([]truth.Sample, []string, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -305,7 +320,7 @@ func runAgent(t *testing.T, bin string, app *exec.Cmd) ([]truth.Sample, string) 
 	t.Logf("spanprof agent:\n%s", lastLines(log.String(), 15))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.samples, appErr.String()
+	return s.samples, s.services, appErr.String()
 }
 
 func lastLines(s string, n int) string {
