@@ -26,8 +26,8 @@ final class ThreadRecords {
   static final int ATTRS_MAX = RECORD - 28;
   static final int MAX_VALUE = 255;
 
-  // The record is assembled in a heap array and copied in bulk puts (the
-  // header, and the attributes when they changed): byte-array views compile
+  // The record is assembled in a heap array and copied in one bulk put (the
+  // header alone when the attributes are unchanged): byte-array views compile
   // to plain stores, while each direct-buffer access carries its own checks.
   private static final VarHandle LONG_BE =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
@@ -159,6 +159,7 @@ final class ThreadRecords {
     String name = SpanAttrs.name(span);
     String route = name == null ? null : SpanAttrs.route(span);
     int n;
+    int len = 28;
     if (name != null && name.equals(names[i]) && Objects.equals(route, routes[i])) {
       n = attrLen[i];
     } else {
@@ -166,12 +167,10 @@ final class ThreadRecords {
       names[i] = name;
       routes[i] = route;
       attrLen[i] = n;
-      if (n > 0) {
-        recs.put(off + 28, r, 28, n);
-      }
+      len += n;
     }
     SHORT_HOST.set(r, 26, (short) n);
-    recs.put(off, r, 0, 28);
+    recs.put(off, r, 0, len);
     holder[i] = span;
   }
 
