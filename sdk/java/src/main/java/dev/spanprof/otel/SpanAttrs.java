@@ -4,6 +4,8 @@ import io.opentelemetry.api.common.AttributeKey;
 import io.opentelemetry.api.trace.Span;
 import io.opentelemetry.api.trace.SpanKind;
 import io.opentelemetry.sdk.trace.ReadableSpan;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 
 /**
  * The record's attributes, by the process context's key map: key 0 the span's name, key 1 its
@@ -15,6 +17,32 @@ final class SpanAttrs {
 
   private static final AttributeKey<String> HTTP_ROUTE = AttributeKey.stringKey("http.route");
   private static final boolean SDK = sdkPresent();
+  /**
+   * The SDK's span class and its name field, read without the span's lock (null when this SDK
+   * has no such field: getName() then). ReadableSpan.getName() takes the span's lock for one
+   * field read; a String is immutable, so an unlocked read sees the name as set by any write that
+   * happened before the attach (the same thread's updateName, or one handed over with the span),
+   * or one racing with it, which the lock would not order either.
+   */
+  private static final Class<?> SDK_SPAN;
+  private static final VarHandle SDK_SPAN_NAME;
+
+  static {
+    Class<?> c = null;
+    VarHandle h = null;
+    if (SDK) {
+      try {
+        // Beside ReadableSpan, whatever its package is named in this class loader.
+        c = Class.forName(ReadableSpan.class.getPackageName() + ".SdkSpan", false, ReadableSpan.class.getClassLoader());
+        h = MethodHandles.privateLookupIn(c, MethodHandles.lookup()).findVarHandle(c, "name", String.class);
+      } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+        c = null;
+        h = null;
+      }
+    }
+    SDK_SPAN = c;
+    SDK_SPAN_NAME = h;
+  }
 
   private SpanAttrs() {}
 
@@ -27,18 +55,38 @@ final class SpanAttrs {
     }
   }
 
-  /** Writes the attributes at pos; returns their size in bytes. */
-  static int encode(Span span, byte[] b, int pos) {
-    if (!SDK || !(span instanceof ReadableSpan)) {
+  /** Whether the SDK span's name is read without its lock (tests). */
+  static boolean unlockedName() {
+    return SDK_SPAN_NAME != null;
+  }
+
+  /** The span's name, null for a span that is not the SDK's. */
+  static String name(Span span) {
+    if (!SDK) {
+      return null;
+    }
+    if (SDK_SPAN_NAME != null && span.getClass() == SDK_SPAN) {
+      return (String) SDK_SPAN_NAME.get(span);
+    }
+    return span instanceof ReadableSpan ? ((ReadableSpan) span).getName() : null;
+  }
+
+  /**
+   * The span's http.route, a server span's attribute (semantic conventions): null for other kinds,
+   * which skip the read (the SDK takes its span lock for it). Only for an SDK span.
+   */
+  static String route(Span span) {
+    ReadableSpan rs = (ReadableSpan) span;
+    return rs.getKind() == SpanKind.SERVER ? rs.getAttribute(HTTP_ROUTE) : null;
+  }
+
+  /** Writes the attributes at pos (none when name is null); returns their size in bytes. */
+  static int encode(String name, String route, byte[] b, int pos) {
+    if (name == null) {
       return 0;
     }
-    ReadableSpan rs = (ReadableSpan) span;
-    int n = ThreadRecords.putAttr(b, pos, ThreadRecords.ATTRS_MAX, 0, rs.getName());
-    // http.route is a server span's attribute (semantic conventions); the
-    // SDK takes a lock per attribute read, so other kinds skip it.
-    if (rs.getKind() == SpanKind.SERVER) {
-      n += ThreadRecords.putAttr(b, pos + n, ThreadRecords.ATTRS_MAX - n, 1, rs.getAttribute(HTTP_ROUTE));
-    }
+    int n = ThreadRecords.putAttr(b, pos, ThreadRecords.ATTRS_MAX, 0, name);
+    n += ThreadRecords.putAttr(b, pos + n, ThreadRecords.ATTRS_MAX - n, 1, route);
     return n;
   }
 }

@@ -6,6 +6,7 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.Objects;
 
 /**
  * One platform thread's thread-context records: sdk/c's per-thread buffers (levels x 2 records of
@@ -25,27 +26,15 @@ final class ThreadRecords {
   static final int ATTRS_MAX = RECORD - 28;
   static final int MAX_VALUE = 255;
 
-  // The record is assembled in a heap array and copied in one bulk put:
-  // byte-array views compile to plain stores, while each direct-buffer
-  // access carries its own checks.
+  // The record is assembled in a heap array and copied in one bulk put (the
+  // header alone when the attributes are unchanged): byte-array views compile
+  // to plain stores, while each direct-buffer access carries its own checks.
   private static final VarHandle LONG_BE =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
   private static final VarHandle SHORT_HOST =
       MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.nativeOrder());
   private static final VarHandle SLOT =
       MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
-  private static final byte[] HEX = new byte[128];
-
-  static {
-    for (int i = 0; i < 10; i++) {
-      HEX['0' + i] = (byte) i;
-    }
-    for (int i = 0; i < 6; i++) {
-      HEX['a' + i] = (byte) (10 + i);
-      HEX['A' + i] = (byte) (10 + i);
-    }
-  }
-
   final Thread owner;
   private final ByteBuffer recs;
   private final ByteBuffer slot;
@@ -57,7 +46,11 @@ final class ThreadRecords {
   private String lastTrace;
   private long traceHi;
   private long traceLo;
-  private final byte[] hex = new byte[32];
+  private final byte[] hex = new byte[16];
+  /** The name and route whose encoding each buffer holds, and its length. */
+  private final String[] names = new String[LEVELS * 2];
+  private final String[] routes = new String[LEVELS * 2];
+  private final int[] attrLen = new int[LEVELS * 2];
   private final byte[] scratch = new byte[RECORD];
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
@@ -146,7 +139,7 @@ final class ThreadRecords {
 
   private void write(int i, Span span, SpanContext sc) {
     gen[i]++;
-    holder[i] = span;
+    holder[i] = null; // until the record is whole: a write that throws leaves nothing to republish
     int off = i * RECORD;
     String t = sc.getTraceId();
     if (t != lastTrace) {
@@ -160,21 +153,43 @@ final class ThreadRecords {
     LONG_BE.set(r, 16, hex64(sc.getSpanId(), 0));
     r[24] = 1;
     r[25] = sc.getTraceFlags().asByte();
-    int n = SpanAttrs.encode(span, r, 28);
+    // The attributes: when they are the ones this buffer already holds (a
+    // sibling span of the same name and route), its bytes are left as
+    // they are and only the 28-byte header is written.
+    String name = SpanAttrs.name(span);
+    String route = name == null ? null : SpanAttrs.route(span);
+    int n;
+    int len = 28;
+    if (name != null && name.equals(names[i]) && Objects.equals(route, routes[i])) {
+      n = attrLen[i];
+    } else {
+      n = SpanAttrs.encode(name, route, r, 28);
+      names[i] = name;
+      routes[i] = route;
+      attrLen[i] = n;
+      len += n;
+    }
     SHORT_HOST.set(r, 26, (short) n);
-    recs.put(off, r, 0, 28 + n);
+    recs.put(off, r, 0, len);
+    holder[i] = span;
   }
 
-  /** Parses 16 lowercase hex digits (valid ids are, SpanContext checks). */
+  /** Parses 16 hex digits (valid ids are lowercase hex, SpanContext checks). */
   @SuppressWarnings("deprecation") // getBytes(int, int, byte[], int): a plain copy of ASCII
   private long hex64(String s, int from) {
     byte[] h = hex;
     s.getBytes(from, from + 16, h, 0);
-    long v = 0;
-    for (int i = 0; i < 16; i++) {
-      v = (v << 4) | HEX[h[i] & 0x7f];
-    }
-    return v;
+    return (hex32((long) LONG_BE.get(h, 0)) << 32) | hex32((long) LONG_BE.get(h, 8));
+  }
+
+  /** Eight ASCII hex digits, the first in the top byte, to their 32-bit value (no lookups, no branches). */
+  static long hex32(long x) {
+    // '0'-'9' are 0x30-0x39, 'a'-'f' 0x61-0x66, 'A'-'F' 0x41-0x46: the low
+    // nibble, plus 9 for a letter (bit 6 set).
+    long v = (x & 0x0F0F0F0F0F0F0F0FL) + ((x >>> 6) & 0x0101010101010101L) * 9;
+    v = (v | (v >>> 4)) & 0x00FF00FF00FF00FFL;
+    v = (v | (v >>> 8)) & 0x0000FFFF0000FFFFL;
+    return (v | (v >>> 16)) & 0xFFFFFFFFL;
   }
 
   /** Appends {key, len, value} at pos (UTF-8, cut to 255 bytes on a character boundary); returns the bytes used, 0 when it does not fit. */

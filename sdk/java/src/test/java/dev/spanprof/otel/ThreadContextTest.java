@@ -227,6 +227,48 @@ class ThreadContextTest {
   }
 
   @Test
+  void hexIdsParseAsTheirValue() {
+    java.util.Random rnd = new java.util.Random(4947);
+    for (int i = 0; i < 10000; i++) {
+      long v = i < 2 ? (i == 0 ? 0 : -1) : rnd.nextLong();
+      String h = String.format("%016x", v);
+      long hi = Long.parseUnsignedLong(h.substring(0, 8), 16);
+      long lo = Long.parseUnsignedLong(h.substring(8), 16);
+      assertEquals(hi, ThreadRecords.hex32(ByteBuffer.wrap(h.getBytes(StandardCharsets.US_ASCII), 0, 8).getLong()), h);
+      assertEquals(lo, ThreadRecords.hex32(ByteBuffer.wrap(h.getBytes(StandardCharsets.US_ASCII), 8, 8).getLong()), h);
+      String u = h.toUpperCase(java.util.Locale.ROOT);
+      assertEquals(hi, ThreadRecords.hex32(ByteBuffer.wrap(u.getBytes(StandardCharsets.US_ASCII), 0, 8).getLong()), u);
+    }
+  }
+
+  @Test
+  void siblingsGetTheirOwnNameAndRoute() {
+    assertTrue(SpanAttrs.unlockedName(), "this SDK's span name is read without its lock");
+    String[] names = {"GET /a", "GET /a", "GET /b", "GET /a", "x", "GET /b", "GET /b"};
+    String[] routes = {"/a", "/a", "/b", "/a2", null, "/b", null};
+    for (int round = 0; round < 3; round++) {
+      for (int i = 0; i < names.length; i++) {
+        io.opentelemetry.api.trace.SpanBuilder b = tracer.spanBuilder(names[i]).setSpanKind(SpanKind.SERVER);
+        if (routes[i] != null) {
+          b.setAttribute(AttributeKey.stringKey("http.route"), routes[i]);
+        }
+        Span s = b.startSpan();
+        try (Scope sc = s.makeCurrent()) {
+          assertPublished(s, names[i], routes[i]);
+        }
+        // Renamed and routed before its next attach (at another level).
+        s.updateName(names[i] + "!");
+        s.setAttribute(AttributeKey.stringKey("http.route"), "/r" + i);
+        try (Scope p = Context.root().with(tracer.spanBuilder("p").startSpan()).makeCurrent();
+            Scope sc = s.makeCurrent()) {
+          assertPublished(s, names[i] + "!", "/r" + i);
+        }
+        s.end();
+      }
+    }
+  }
+
+  @Test
   void longAndNonAsciiNamesAreCutOnACharacterBoundary() {
     String name = "é".repeat(200); // 400 bytes of UTF-8
     Span s = tracer.spanBuilder(name).startSpan();

@@ -42,9 +42,11 @@ public class ContextSwitchBench {
   private Tracer tracer;
 
   @Setup
-  public void setUp() {
+  public void setUp() throws Exception {
     if (storage.equals("spanprof")) {
       SpanprofThreadContext.install();
+    } else if (storage.equals("spanprof-old")) {
+      installFrom(System.getProperty("spanprof.bench.old"));
     }
     tracer = SdkTracerProvider.builder().build().get("bench");
     one = Context.root().with(span(tracer, "GET /items/{id}"));
@@ -60,6 +62,50 @@ public class ContextSwitchBench {
         throw new IllegalStateException("spanprof wrapper not installed");
       }
     }
+    if (storage.equals("spanprof-old")) {
+      try (Scope s = one.makeCurrent()) {
+        // as above
+      }
+      if (!(Boolean) oldStats.getClass().getMethod("storageWrapped").invoke(oldStats)) {
+        throw new IllegalStateException("spanprof-old: wrapper not installed");
+      }
+    }
+  }
+
+  private static Object oldStats;
+
+  /**
+   * "spanprof-old": another build of dev.spanprof.otel (its classes directory in
+   * -Dspanprof.bench.old), loaded child-first, so a change and the build before it are timed in
+   * one run: {@code -p storage=plain,spanprof,spanprof-old -jvmArgsAppend -Dspanprof.bench.old=DIR}.
+   */
+  private static void installFrom(String dir) throws Exception {
+    if (dir == null || dir.isEmpty()) {
+      throw new IllegalStateException("spanprof-old needs -Dspanprof.bench.old=CLASSES_DIR");
+    }
+    ClassLoader parent = ContextSwitchBench.class.getClassLoader();
+    java.net.URL[] urls = {java.nio.file.Path.of(dir).toUri().toURL()};
+    ClassLoader old = new java.net.URLClassLoader(urls, parent) {
+      @Override
+      protected Class<?> loadClass(String name, boolean resolve) throws ClassNotFoundException {
+        if (!name.startsWith("dev.spanprof.otel.") || name.startsWith("dev.spanprof.otel.bench.")) {
+          return super.loadClass(name, resolve);
+        }
+        synchronized (getClassLoadingLock(name)) {
+          Class<?> c = findLoadedClass(name);
+          if (c == null) {
+            c = findClass(name);
+          }
+          if (resolve) {
+            resolveClass(c);
+          }
+          return c;
+        }
+      }
+    };
+    Class<?> tc = old.loadClass("dev.spanprof.otel.SpanprofThreadContext");
+    tc.getMethod("install").invoke(null);
+    oldStats = tc.getMethod("stats").invoke(null);
   }
 
   private static Span span(Tracer tracer, String name) {
