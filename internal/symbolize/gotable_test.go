@@ -5,12 +5,14 @@ import (
 	"debug/gosym"
 	"encoding/binary"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
-// TestGoLazyMatchesGosym reads the test binary's own pclntab in place and
+// TestGoLazyMatchesGosym reads the pclntab of the test binary and of Go
+// fixtures in place and
 // checks every function's name, file and line, at its entry and in its
 // middle, against debug/gosym, which decodes the whole table.
 func TestGoLazyMatchesGosym(t *testing.T) {
@@ -18,6 +20,12 @@ func TestGoLazyMatchesGosym(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range []string{exe, fixture("goprog"), fixture("goprog-pie"), fixture("goprog-cgo-ext"), fixture("goprog-stripped")} {
+		t.Run(filepath.Base(p), func(t *testing.T) { testGoLazyMatchesGosym(t, p) })
+	}
+}
+
+func testGoLazyMatchesGosym(t *testing.T, exe string) {
 	f, err := elf.Open(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -61,4 +69,63 @@ func TestGoLazyMatchesGosym(t *testing.T) {
 		t.Error("an address before the text has a function")
 	}
 	t.Logf("%d functions, %d addresses agree with debug/gosym; %d bytes of names interned", l.nfunc, checked, l.namesSize())
+}
+
+// TestGoSymtabNotKeptTwice opens Go programs with cgo (internal and
+// external linking, PIE) and checks
+// that every function symbol of its .symtab resolves, at its start and
+// last byte, to what the whole symbol table and the pclntab together say,
+// while the object keeps only the symbols the pclntab does not cover.
+func TestGoSymtabNotKeptTwice(t *testing.T) {
+	for _, name := range []string{"goprog-cgo", "goprog-cgo-ext", "goprog-cgo-pie"} {
+		t.Run(name, func(t *testing.T) { testGoSymtabNotKeptTwice(t, fixture(name)) })
+	}
+}
+
+func testGoSymtabNotKeptTwice(t *testing.T, exe string) {
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	full := newSymtab(f)
+	p, err := gopclntab.Find(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gt, err := newGoTable(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := New(nil, Options{}).Open(exe, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.IsGo() {
+		t.Fatal("the test binary is not seen as Go")
+	}
+	if o.NumSymbols() >= full.len()/4 {
+		t.Errorf("object keeps %d of %d function symbols: the pclntab's are kept twice", o.NumSymbols(), full.len())
+	}
+	outside := 0
+	for _, s := range full.syms {
+		for _, pc := range []uint64{s.addr, max(s.addr, s.end-1)} {
+			want, _, _, ok := gt.lookup(pc)
+			if !ok {
+				outside++
+				want = s.name
+				if r, ok := full.lookup(pc); ok {
+					want = r.name
+				}
+			}
+			got, ok := o.Lookup(pc)
+			if !ok || got.Function != o.demangle(want) {
+				t.Fatalf("pc %#x (%s): got %q %v, want %q", pc, s.name, got.Function, ok, want)
+			}
+		}
+	}
+	if outside == 0 {
+		t.Error("no symbol outside the pclntab: the fixture was expected to link C code")
+	}
+	t.Logf("%d function symbols, %d kept; %d addresses outside the pclntab", full.len(), o.NumSymbols(), outside)
 }
