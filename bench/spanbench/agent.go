@@ -38,7 +38,7 @@ func (b *bench) runAgent() error {
 		"one":     func() error { return b.agentOneExe(base) },
 		"busy":    func() error { return b.agentBusy(base) },
 		"churn":   func() error { return b.agentChurn(base, s) },
-		"bignode": func() error { return b.agentBigNode(append(slices.Clone(base), "--all"), s) },
+		"bignode": func() error { return b.agentBigNode(base, s) },
 	}
 	var errs []error
 	for _, c := range agentCases {

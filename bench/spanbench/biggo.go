@@ -115,7 +115,7 @@ func main() {
 // start: the first minute, when every binary is parsed.
 const bigNodeSecs = 60
 
-// agentBigNode runs the agent with --all from its start on a node running
+// agentBigNode runs the agent on every process (no --pid) from its start on a node running
 // the big Go program and, when installed (make bench-deps),
 // clickhouse-server under queries and headless Chromium drawing a canvas:
 // VmHWM, CPU per 10 s window and the share of the big program's samples
@@ -172,6 +172,11 @@ func (b *bench) agentBigNode(base []string, s *sink) error {
 				prev = c
 			}
 			hwm := statusKiB(a.pid(), "VmHWM")
+			if hwm == 0 {
+				g.kill()
+				s.watch.Store(nil)
+				return fmt.Errorf("%s exited before the end of the window: %s", exe, a.out.String())
+			}
 			a.stop(syscall.SIGINT, 10*time.Second)
 			g.kill()
 			s.watch.Store(nil)
