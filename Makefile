@@ -19,7 +19,7 @@ APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debug
 # Peers measured side by side by `make bench`, and glibc's debug file
 # (the agent case of many processes of one glibc executable symbolizes
 # libc from it, as on many debugging hosts).
-BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg
+BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg clickhouse-server clickhouse-client
 
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
@@ -54,7 +54,7 @@ deps:
 
 bench-deps: deps
 	@if ! command -v bpftrace >/dev/null || ! command -v perf >/dev/null || [ ! -x /usr/sbin/offcputime ] || \
-		! dpkg -s libc6-dbg >/dev/null 2>&1; then \
+		! dpkg -s libc6-dbg >/dev/null 2>&1 || ! command -v clickhouse-server >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BENCH_PACKAGES); \
 	fi
 

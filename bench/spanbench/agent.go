@@ -18,7 +18,7 @@ import (
 
 // agentCases are the runs of the agent phase, in the order they run;
 // -agent-cases picks some.
-var agentCases = []string{"fanout", "one", "busy", "churn"}
+var agentCases = []string{"fanout", "one", "busy", "churn", "bignode"}
 
 // runAgent measures `spanprof agent` exporting to a do-nothing OTLP sink:
 // peak RSS and CPU with 200 processes of 10 threads (distinct executables,
@@ -34,10 +34,11 @@ func (b *bench) runAgent() error {
 	base := []string{"agent", "--endpoint", s.addr, "--insecure", "--report-interval", "10s",
 		"--frequency", "99", "--metrics-listen", "off"}
 	steps := map[string]func() error{
-		"fanout": func() error { return b.agentFanout(base) },
-		"one":    func() error { return b.agentOneExe(base) },
-		"busy":   func() error { return b.agentBusy(base) },
-		"churn":  func() error { return b.agentChurn(base, s) },
+		"fanout":  func() error { return b.agentFanout(base) },
+		"one":     func() error { return b.agentOneExe(base) },
+		"busy":    func() error { return b.agentBusy(base) },
+		"churn":   func() error { return b.agentChurn(base, s) },
+		"bignode": func() error { return b.agentBigNode(base, s) },
 	}
 	var errs []error
 	for _, c := range agentCases {

@@ -16,6 +16,8 @@ import (
 )
 
 type bench struct {
+	// bigNode are the rows of the agent's big-node case.
+	bigNode                              []string
 	root                                 string
 	spanprof, chain, pingpong, fanout    string
 	reference                            string

@@ -306,6 +306,12 @@ func (b *bench) report() string {
 			}
 		}
 	}
+	if len(b.bigNode) > 0 {
+		fmt.Fprintf(&sb, "## Agent on a big node\n\n`spanprof agent --frequency 99 --report-interval 10s` from its start, for %d s, on a node running a %s "+
+			"(generated, out/bench/biggo) plus clickhouse-server under queries and headless Chromium when installed. Named: the big program's exported samples with every frame named.\n\n"+
+			"| build | VmHWM MiB | CPU %% of a core, %d s | worst 10 s %% | per 10 s window %% | named |\n|---|---|---|---|---|---|\n%s\n\n",
+			bigNodeSecs, "Go program of over 100 MB unstripped", bigNodeSecs, strings.Join(b.bigNode, "\n"))
+	}
 	if b.micro != "" {
 		sb.WriteString("## Go micro-benchmarks\n\n`go test -run '^$' -bench . -benchmem -count 1` of the hot paths.\n\n```\n" + b.micro + "```\n")
 	}

@@ -125,6 +125,7 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 	}
 	if reg != nil {
 		registerSymbols(reg, p.Symbols)
+		registerUnwindTables(reg, p.Tables)
 		if p.GoWait != nil {
 			RegisterGoWaitStats(reg, p.GoWait.Stats)
 		}

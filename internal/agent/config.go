@@ -134,8 +134,9 @@ type Symbolization struct {
 	// the temporary directory.
 	DWARFCacheDir string `yaml:"dwarf_cache_dir"`
 	// CacheMiB bounds the estimated memory of parsed binaries (symbol
-	// tables, Go pclntabs, DWARF unit tables), least recently used
-	// evicted first. A Go binary's pclntab alone is megabytes: on a host
+	// tables, Go pclntabs, DWARF unit tables, and, for a quarter of it,
+	// the unwind tables), least recently used evicted first
+	// (--symbol-cache-mib). A Go binary's pclntab alone is megabytes: on a host
 	// running many large Go programs a bound below their sum makes
 	// reports parse them again (spanprof_symbolize_objects_evicted_total).
 	// Binaries unused for symbolize.DefaultIdleTimeout go whatever the

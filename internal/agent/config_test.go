@@ -168,6 +168,20 @@ func TestParseArgsPrecedence(t *testing.T) {
 					t.Error("--no-jvm-perfmap=false did not win over SPANPROF_NO_JVM_PERFMAP=true")
 				}
 			}},
+		{"symbol-cache-mib", []string{"--symbol-cache-mib", "48"}, nil,
+			func(t *testing.T, c Config) {
+				if c.Symbolization.CacheMiB != 48 {
+					t.Errorf("cache_mib %d, want the flag's 48", c.Symbolization.CacheMiB)
+				}
+				pc, err := c.Pipeline(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := pc.Budget
+				if b.SymbolBytes()+b.UnwindBytes() != 48<<20 || b.UnwindBytes() != 12<<20 {
+					t.Errorf("budget split %d + %d, want 36 MiB + 12 MiB", b.SymbolBytes(), b.UnwindBytes())
+				}
+			}},
 		{"no-jvm-perfmap from env", nil, map[string]string{"SPANPROF_NO_JVM_PERFMAP": "1"},
 			func(t *testing.T, c Config) {
 				if !c.Symbolization.NoJVMPerfmap {

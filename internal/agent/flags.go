@@ -63,6 +63,7 @@ func ParseArgs(args []string, env LookupEnv, help io.Writer) (Config, error) {
 	fs.StringVar(&logLevel, "log-level", "", "debug, info, warn or error (default info)")
 	symMode := fs.String("symbolize", "", "none (addresses and build IDs for the backend), local (offline) or full (adds debuginfod) (default full when debuginfod URLs are set, else local)")
 	fs.Var(&debugDirs, "debug-dir", "search `DIR` for separate debug files (repeatable)")
+	cacheMiB := fs.Int("symbol-cache-mib", 0, "memory budget, in MiB, of the parsed binaries: symbol tables, Go pclntabs, DWARF unit tables and unwind tables (a quarter); least recently used evicted first, counted (spanprof_symbolize_objects_evicted_total, spanprof_unwind_tables_evicted_total) (default 32; configuration symbolization.cache_mib)")
 	noJVMPerfmap := fs.Bool("no-jvm-perfmap", false, "do not ask running JVMs (HotSpot attach, Compiler.perfmap) to write /tmp/perf-PID.map; Java frames then stay addresses unless the JVM writes the map itself")
 	if err := cli.Parse(fs, args, help); err != nil {
 		return cfg, err
@@ -138,6 +139,9 @@ func ParseArgs(args []string, env LookupEnv, help io.Writer) (Config, error) {
 	}
 	if set["debug-dir"] {
 		cfg.Symbolization.DebugDirs = debugDirs
+	}
+	if set["symbol-cache-mib"] {
+		cfg.Symbolization.CacheMiB = *cacheMiB
 	}
 	if set["no-jvm-perfmap"] {
 		cfg.Symbolization.NoJVMPerfmap = *noJVMPerfmap

@@ -9,6 +9,7 @@ import (
 	"github.com/spanprof/spanprof/internal/perfmap"
 	"github.com/spanprof/spanprof/internal/pipeline"
 	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/unwind"
 )
 
 // registerSymbols registers the counters of the symbolizer, the JIT perf
@@ -88,5 +89,23 @@ func registerJIT(reg prometheus.Registerer, j *jit.Maps) {
 			func(st perfmap.Stats) uint64 { return st.BadDumps }),
 		pm("spanprof_perf_map_kept_entries_total", "Entries of earlier versions of rewritten perf maps (a JVM's) kept because no new entry covers their code.",
 			func(st perfmap.Stats) uint64 { return st.Kept }),
+	)
+}
+
+// registerUnwindTables registers the counters of the unwind tables, whose
+// bound is the unwind part of the symbol cache budget.
+func registerUnwindTables(reg prometheus.Registerer, t *unwind.Cache) {
+	if t == nil {
+		return
+	}
+	const help = "Unwind tables evicted from the cache, by reason: bound (the unwind part of the symbol cache budget, or the count bound) or idle (unused for the idle timeout). An evicted table is read again when a sample needs it."
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_unwind_tables_evicted_total", Help: help,
+			ConstLabels: prometheus.Labels{"reason": "bound"}}, func() float64 { b, _ := t.Evicted(); return float64(b) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "spanprof_unwind_tables_evicted_total", Help: help,
+			ConstLabels: prometheus.Labels{"reason": "idle"}}, func() float64 { _, i := t.Evicted(); return float64(i) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "spanprof_unwind_tables_cache_bytes",
+			Help: "Bytes held by the unwind tables, counting the Go pclntabs shared with the symbolizer when this cache pays for them."},
+			func() float64 { return float64(t.Bytes()) }),
 	)
 }

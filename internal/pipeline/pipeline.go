@@ -99,7 +99,10 @@ type Pipeline struct {
 	Tracker    *proc.Tracker
 	Correlator Correlator // nil when trace context is not read
 	Symbols    *Symbols
-	Collector  *collect.Collector
+	// Tables are the unwind tables of the leaf fixer and the cgo
+	// callback unwinder, bounded by the budget's UnwindBytes.
+	Tables    *unwind.Cache
+	Collector *collect.Collector
 	// GoWait samples parked goroutines; nil when off.
 	GoWait *gowait.Sampler
 
@@ -184,7 +187,8 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	// The collector's leaf recovery and the unwinder of cgo callbacks
 	// read the same binaries: one set of tables, whose Go pclntabs are
 	// the symbolizer's.
-	tables := unwind.NewCache(log, unwind.CacheOptions{Pclntabs: sym.Symbolizer.Pclntabs()})
+	tables := unwind.NewCache(log, unwind.CacheOptions{Pclntabs: sym.Symbolizer.Pclntabs(), MaxBytes: cfg.Budget.UnwindBytes()})
+	p.Tables = tables
 	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.Tracker, Logger: log,
 		Symbolizer: sym.Symbolizer, Mode: sym.Mode, PerfMaps: sym.JIT.Cache,
 		Leaf: &collect.CFILeafFixer{Tables: tables}}

@@ -28,9 +28,10 @@ type Symbolization struct {
 
 // Budget bounds what the pipeline holds in memory, and where it spills.
 type Budget struct {
-	// CacheMiB bounds the estimated memory of parsed binaries (symbol
-	// tables, Go pclntabs, DWARF unit tables), least recently used
-	// evicted first; 0 means the symbolizer's default.
+	// CacheMiB bounds the estimated memory of parsed binaries: symbol
+	// tables, Go pclntabs and DWARF unit tables (SymbolBytes) and the
+	// unwind tables (UnwindBytes), each least recently used evicted
+	// first; 0 means each cache's default.
 	CacheMiB int
 	// DWARFSpillDir keeps compressed DWARF (libc6-dbg's) decompressed on
 	// disk, so that it is read back instead of inflated again once
@@ -46,6 +47,24 @@ type Budget struct {
 
 // DefaultCacheMiB is the symbol cache bound both commands default to.
 const DefaultCacheMiB = 32
+
+// UnwindShare is the part of CacheMiB, in eighths, that the unwind tables
+// get (the leaf fixer's CFI rows and the Go pclntabs it claims first); the
+// symbolizer gets the rest. The two caches share the Go pclntabs, each
+// charged once, so the budget is one sum.
+const UnwindShare = 2
+
+// SymbolBytes is the symbolizer's part of the budget; 0 when CacheMiB is
+// 0 (the symbolizer's default).
+func (b Budget) SymbolBytes() int64 {
+	return int64(b.CacheMiB) << 20 * (8 - UnwindShare) / 8
+}
+
+// UnwindBytes is the unwind tables' part of the budget; 0 when CacheMiB
+// is 0 (the unwind cache's default).
+func (b Budget) UnwindBytes() int64 {
+	return int64(b.CacheMiB) << 20 * UnwindShare / 8
+}
 
 // DefaultGCPercent is the GOGC both commands default to: their garbage
 // comes in a burst when a profile is built, on a small live heap, and 50
@@ -89,7 +108,7 @@ type Symbols struct {
 func NewSymbols(cfg Symbolization, b Budget, log *slog.Logger) (*Symbols, error) {
 	s := &Symbols{Mode: cfg.Mode, JIT: jit.New(!cfg.NoJVMPerfmap && cfg.Mode != symbolize.ModeNone, log)}
 	opts := symbolize.Options{Mode: cfg.Mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug"),
-		DWARFSpillDir: b.DWARFSpillDir, MaxBytes: int64(b.CacheMiB) << 20}
+		DWARFSpillDir: b.DWARFSpillDir, MaxBytes: b.SymbolBytes()}
 	if cfg.Mode == symbolize.ModeFull && len(cfg.DebuginfodURLs) > 0 {
 		c, err := debuginfod.New(debuginfod.Options{URLs: cfg.DebuginfodURLs, Verify: symbolize.VerifyDebugFile, Logger: log})
 		if err != nil {

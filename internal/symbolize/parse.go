@@ -114,6 +114,7 @@ func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, key, openPath
 			return nil, err
 		}
 		o.gotab = gt
+		o.syms.dropCovered(gt.covers)
 	} else if !errors.Is(err, gopclntab.ErrNotFound) {
 		return nil, err
 	}

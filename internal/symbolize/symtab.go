@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"debug/elf"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -145,3 +146,18 @@ func (t *symtab) lookup(vaddr uint64) (symbol, bool) {
 
 // len reports the number of function symbols.
 func (t *symtab) len() int { return len(t.syms) }
+
+// dropCovered removes the symbols whose whole range another table answers
+// (a Go binary's pclntab, which Lookup asks first): what stays is the C
+// and assembly code outside it, so a Go binary's hundred thousand
+// function symbols are not kept twice.
+func (t *symtab) dropCovered(covers func(vaddr uint64) bool) {
+	kept := t.syms[:0]
+	for _, s := range t.syms {
+		if covers(s.addr) && covers(max(s.addr, s.end-1)) {
+			continue
+		}
+		kept = append(kept, s)
+	}
+	t.syms = slices.Clone(kept)
+}

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spanprof/spanprof/internal/gopclntab"
@@ -20,6 +21,10 @@ type Cache struct {
 	// symbolizer when both use one store; what it is charged counts
 	// towards MaxBytes.
 	pcln *gopclntab.Holder
+
+	// evicted counts tables dropped by the count and byte bounds;
+	// expired those dropped idle.
+	evicted, expired atomic.Uint64
 
 	mu    sync.Mutex
 	bytes int64      // the entries' size, shared pclntabs not included
@@ -107,7 +112,9 @@ func (c *Cache) SetMaxBytes(n int64) {
 // keeping the most recent one. Callers hold c.mu.
 func (c *Cache) evict() {
 	for c.order.Len() > 1 && (c.order.Len() > c.opts.Max || c.bytes+c.pcln.Charged() > c.opts.MaxBytes) {
+		c.log.Debug("evict unwind table over the bound", "key", c.order.Back().Value.(*cacheEntry).key)
 		c.remove(c.order.Back())
+		c.evicted.Add(1)
 	}
 }
 
@@ -136,10 +143,16 @@ func (c *Cache) Trim() {
 		for el := c.order.Back(); el != nil && el.Value.(*cacheEntry).used.Before(cutoff); el = c.order.Back() {
 			c.log.Debug("drop idle unwind table", "key", el.Value.(*cacheEntry).key)
 			c.remove(el)
+			c.expired.Add(1)
 		}
 	}
 	c.evict()
 }
+
+// Evicted reports the tables dropped by the count and byte bounds and
+// those dropped idle (Trim). An evicted table is read again when a sample
+// needs it.
+func (c *Cache) Evicted() (bound, idle uint64) { return c.evicted.Load(), c.expired.Load() }
 
 // Bytes reports the section data the cached tables hold, counting the
 // pclntabs shared with the symbolizer only when this cache pays for them.

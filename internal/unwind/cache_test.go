@@ -84,6 +84,9 @@ func TestCacheBytes(t *testing.T) {
 	if c.Len() != 1 || c.Bytes() != b.Size() {
 		t.Errorf("after a second table past the bound: %d tables, %d bytes; want 1 table of %d bytes", c.Len(), c.Bytes(), b.Size())
 	}
+	if bound, idle := c.Evicted(); bound != 1 || idle != 0 {
+		t.Errorf("evictions counted: %d bound, %d idle; want 1 and 0", bound, idle)
+	}
 	// The most recent table stays even when it alone is over the bound.
 	c.SetMaxBytes(1)
 	if c.Len() != 1 {
@@ -132,6 +135,10 @@ func TestCacheIdle(t *testing.T) {
 	c.Trim()
 	if c.Len() != 0 || c.Bytes() != 0 {
 		t.Errorf("everything idle: %d tables, %d bytes left", c.Len(), c.Bytes())
+	}
+	// goprog, the failed read of "go" and chain-clang.
+	if bound, idle := c.Evicted(); bound != 0 || idle != 3 {
+		t.Errorf("evictions counted: %d bound, %d idle; want 0 and 3", bound, idle)
 	}
 }
 
