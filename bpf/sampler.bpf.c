@@ -237,6 +237,8 @@ struct {
  * before it has a size; 0 keeps STACK_SNAP_BYTES. */
 volatile const __u32 new_process_window = 0;
 
+#include "windows.h"
+
 /* Words of stack_sample.data for the window and frames; the attributes
  * have CTX_ATTR_WORDS more. */
 #define DATA_WORDS (STACK_WINDOW_MAX / 8 + MAX_USER_FRAMES + MAX_KERN_FRAMES)
@@ -386,7 +388,8 @@ static __always_inline __u32 read_more(struct stack_sample *s, __u32 want)
  * its stack pointer, into the record's window: the frame-pointer walk
  * starts in it, and user space unwinds frameless code in it. The first
  * chunk is always read; a process that needs more (stack_windows), or has
- * no size yet (new_process_window), gets it in a second read. */
+ * no size yet (its executable's, exe_windows, or new_process_window), gets
+ * it in a second read. */
 static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u, __u32 snap_idx)
 {
 	struct stack_snap *snap;
@@ -402,7 +405,7 @@ static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u
 	len = read_chunk((struct stack_snap *)s->data, s->user_sp, STACK_SNAP_BYTES);
 	if (len == STACK_SNAP_BYTES) {
 		want = bpf_map_lookup_elem(&stack_windows, &s->pid);
-		bytes = want ? *want : new_process_window;
+		bytes = want ? *want : new_window();
 		if (bytes > STACK_SNAP_BYTES)
 			len += read_more(s, bytes);
 	}

@@ -43,6 +43,13 @@ const (
 	SamplerDropCounterCNT_MAX                 SamplerDropCounter = 16
 )
 
+type SamplerExeKey struct {
+	_   structs.HostLayout
+	Ino uint64
+	Dev uint32
+	Pad uint32
+}
+
 type SamplerGoLabelLayout uint32
 
 const (
@@ -190,6 +197,7 @@ type SamplerTraceContext struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	SamplerMapCounters            = "counters"
+	SamplerMapExeWindows          = "exe_windows"
 	SamplerMapOffcpuPending       = "offcpu_pending"
 	SamplerMapOffcpuScratch       = "offcpu_scratch"
 	SamplerMapOffcpuThreads       = "offcpu_threads"
@@ -284,6 +292,7 @@ type SamplerProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type SamplerMapSpecs struct {
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	ExeWindows       *ebpf.MapSpec `ebpf:"exe_windows"`
 	OffcpuPending    *ebpf.MapSpec `ebpf:"offcpu_pending"`
 	OffcpuScratch    *ebpf.MapSpec `ebpf:"offcpu_scratch"`
 	OffcpuThreads    *ebpf.MapSpec `ebpf:"offcpu_threads"`
@@ -340,6 +349,7 @@ func (o *SamplerObjects) Close() error {
 // It can be passed to LoadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SamplerMaps struct {
 	Counters         *ebpf.Map `ebpf:"counters"`
+	ExeWindows       *ebpf.Map `ebpf:"exe_windows"`
 	OffcpuPending    *ebpf.Map `ebpf:"offcpu_pending"`
 	OffcpuScratch    *ebpf.Map `ebpf:"offcpu_scratch"`
 	OffcpuThreads    *ebpf.Map `ebpf:"offcpu_threads"`
@@ -356,6 +366,7 @@ type SamplerMaps struct {
 func (m *SamplerMaps) Close() error {
 	return _SamplerClose(
 		m.Counters,
+		m.ExeWindows,
 		m.OffcpuPending,
 		m.OffcpuScratch,
 		m.OffcpuThreads,

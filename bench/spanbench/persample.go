@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // sideRow is one window of spanprof and bpftrace sampling the same
@@ -14,6 +16,9 @@ type sideRow struct {
 	workload      string
 	round         int
 	spanprof, bpf progStat
+	// ref is the -reference build's, attached in the same window; zero
+	// without one.
+	ref progStat
 }
 
 func (r sideRow) ratio() float64 {
@@ -38,8 +43,18 @@ func sideWorkloads() []sideWorkload {
 		{"deep, 49 frames", func(b *bench) []string {
 			return []string{filepath.Join(b.root, "testdata/bench/build/deep"), "40", "100000000"}
 		}},
+		// A node that starts short processes all the time (a build's
+		// compilers, health checks, cron): each instance a loop of
+		// chain-clang runs of a few milliseconds, every one a new
+		// process (fork and exec) of the same executable.
+		{shortLived, func(b *bench) []string {
+			return []string{"/bin/sh", "-c", "while :; do " + b.chain + " 300 /dev/null fixed; done"}
+		}},
 	}
 }
+
+// shortLived is the workload of short processes.
+const shortLived = "short-lived chain-clang, 9 frames"
 
 // sideWindow is the measured window; both profilers are attached for all
 // of it, so machine noise hits both alike.
@@ -56,8 +71,8 @@ func (b *bench) runPerSample() error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", w.name, err)
 			}
-			b.logf("per-sample %s round %d: spanprof %.0f ns, bpftrace %.0f ns, ratio %.2f",
-				w.name, round, row.spanprof.nsPerRun(), row.bpf.nsPerRun(), row.ratio())
+			b.logf("per-sample %s round %d: spanprof %.0f ns, bpftrace %.0f ns, ratio %.2f, reference %.0f ns",
+				w.name, round, row.spanprof.nsPerRun(), row.bpf.nsPerRun(), row.ratio(), row.ref.nsPerRun())
 			b.side = append(b.side, row)
 		}
 	}
@@ -82,7 +97,7 @@ func (b *bench) sideBySide(w sideWorkload, round int) (sideRow, error) {
 	}
 	// The same configurations as the slowdown phase.
 	byName := map[string]profiler{}
-	for _, p := range profilers(b.spanprof, "") {
+	for _, p := range profilers(b.spanprof, b.reference) {
 		byName[p.name] = p
 	}
 	spProf, btProf := byName["spanprof"], byName["bpftrace"]
@@ -96,11 +111,21 @@ func (b *bench) sideBySide(w sideWorkload, round int) (sideRow, error) {
 		return row, err
 	}
 	defer bt.stop(btProf.stop, 10*time.Second)
+	var refIDs map[ebpf.ProgramID]progKind
+	if refProf, ok := byName["spanprof (reference build)"]; ok {
+		ref, err := launch(refProf, b.tmp)
+		if err != nil {
+			return row, err
+		}
+		defer ref.stop(refProf.stop, 60*time.Second)
+		refIDs = progIDs(ref.pid())
+	}
 	spIDs, btIDs := progIDs(sp.pid()), progIDs(bt.pid())
-	sp0, bt0 := readStats(spIDs, kindSample), readStats(btIDs, kindSample)
+	sp0, bt0, ref0 := readStats(spIDs, kindSample), readStats(btIDs, kindSample), readStats(refIDs, kindSample)
 	time.Sleep(sideWindow)
 	row.spanprof = readStats(spIDs, kindSample).sub(sp0)
 	row.bpf = readStats(btIDs, kindSample).sub(bt0)
+	row.ref = readStats(refIDs, kindSample).sub(ref0)
 	if row.spanprof.runs == 0 || row.bpf.runs == 0 {
 		return row, fmt.Errorf("no samples in the window (spanprof %d, bpftrace %d runs)", row.spanprof.runs, row.bpf.runs)
 	}
@@ -110,10 +135,22 @@ func (b *bench) sideBySide(w sideWorkload, round int) (sideRow, error) {
 // perSampleTable lists every window, then medians per workload.
 func (b *bench) perSampleTable() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "| workload | round | spanprof ns/sample | bpftrace ns/sample | ratio | samples (spanprof / bpftrace) |\n|---|---|---|---|---|---|\n")
+	if b.reference == "" {
+		fmt.Fprintf(&sb, "| workload | round | spanprof ns/sample | bpftrace ns/sample | ratio | samples (spanprof / bpftrace) |\n|---|---|---|---|---|---|\n")
+		for _, r := range b.side {
+			fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.2f | %d / %d |\n", r.workload, r.round,
+				r.spanprof.nsPerRun(), r.bpf.nsPerRun(), r.ratio(), r.spanprof.runs, r.bpf.runs)
+		}
+		return sb.String()
+	}
+	fmt.Fprintf(&sb, "| workload | round | spanprof ns/sample | reference ns/sample | bpftrace ns/sample | ratio | reference's ratio | samples (spanprof / reference / bpftrace) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.side {
-		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.2f | %d / %d |\n", r.workload, r.round,
-			r.spanprof.nsPerRun(), r.bpf.nsPerRun(), r.ratio(), r.spanprof.runs, r.bpf.runs)
+		refRatio := 0.0
+		if r.bpf.nsPerRun() > 0 {
+			refRatio = r.ref.nsPerRun() / r.bpf.nsPerRun()
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %d / %d / %d |\n", r.workload, r.round,
+			r.spanprof.nsPerRun(), r.ref.nsPerRun(), r.bpf.nsPerRun(), r.ratio(), refRatio, r.spanprof.runs, r.ref.runs, r.bpf.runs)
 	}
 	return sb.String()
 }

@@ -9,6 +9,8 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,6 +97,15 @@ type Options struct {
 	// window is sized (the sampler copies a process with no size with
 	// sampler.Options.NewProcessWindow); 0 means DefaultWindowProbe.
 	WindowProbe time.Duration
+	// ExeWindow sets the window the kernel copies for the processes of an
+	// executable (the kernel's dev_t and inode) that have none of their
+	// own (sampler.Sampler.SetExeWindow): the collector gives each file
+	// the most any of its processes was sized or widened to, or needed
+	// before it exited unsized, so that the next processes of the file
+	// (a compiler's, a health check's) start with it instead of
+	// sampler.Options.NewProcessWindow. Nil keeps every new process at
+	// the sampler's default.
+	ExeWindow func(dev uint32, ino uint64, bytes uint32) error
 	// ContextKeys returns the process context's
 	// threadlocal.attribute_key_map of a process, which names the keys of
 	// its thread-context attributes; nil leaves every attribute unnamed
@@ -252,7 +263,19 @@ type Collector struct {
 	stats Stats
 	// windows are the stack windows of processes still running.
 	windows map[uint32]*window
+	// exeWindows are the windows given to executables (Options.ExeWindow).
+	exeWindows map[exeKey]uint32
 }
+
+// exeKey names an executable as the kernel does: dev_t and inode.
+type exeKey struct {
+	dev uint32
+	ino uint64
+}
+
+// maxExeWindows bounds Collector.exeWindows; past it the map starts
+// again (the kernel's map keeps its most recently used entries anyway).
+const maxExeWindows = 4096
 
 // window is what the collector knows of one process's stack window.
 type window struct {
@@ -260,6 +283,7 @@ type window struct {
 	sized  bool      // sized from the first WindowProbe of samples
 	first  time.Time // the first sample's time
 	needed uint64    // the most bytes a walk needed so far
+	exe    exeKey    // the process's executable; zero when unknown
 }
 
 // New returns a Collector.
@@ -402,7 +426,7 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 	}
 	if u, ok := c.opts.Leaf.(StackUnwinder); ok && !linkRegister {
 		frames, wr := u.Unwind(p, r, nil)
-		c.sizeWindow(r.PID, r.Time, wr)
+		c.sizeWindow(p, r.PID, r.Time, wr)
 		return frames, &wr, wr.CFIFrames > 0 && !slices.Equal(frames, user)
 	}
 	m := p.Find(r.UserIP)
@@ -433,7 +457,7 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 // twice the most any of them needed (in powers of two from 1 KiB to
 // sampler.WindowMax), and at once for a stack the window cut. The stacks
 // cut so far stay cut (counted); the next ones have the bytes.
-func (c *Collector) sizeWindow(pid uint32, t time.Time, wr unwind.Result) {
+func (c *Collector) sizeWindow(p *proc.Process, pid uint32, t time.Time, wr unwind.Result) {
 	if c.opts.StackWindow == nil {
 		return
 	}
@@ -447,7 +471,7 @@ func (c *Collector) sizeWindow(pid uint32, t time.Time, wr unwind.Result) {
 		if c.windows == nil {
 			c.windows = map[uint32]*window{}
 		}
-		w = &window{first: t}
+		w = &window{first: t, exe: exeOf(p)}
 		c.windows[pid] = w
 	}
 	w.needed = max(w.needed, wr.Needed)
@@ -471,11 +495,60 @@ func (c *Collector) sizeWindow(pid uint32, t time.Time, wr unwind.Result) {
 	}
 	w.bytes = max(w.bytes, want)
 	want = w.bytes
+	exe := w.exe
 	c.mu.Unlock()
 	if err := c.opts.StackWindow(pid, want); err != nil {
 		c.stats.WindowsUnset++
 		c.log.Warn("set the stack window; its stacks keep the window they had", "pid", pid, "bytes", want, "error", err)
 	}
+	c.learnExeWindow(exe, want)
+}
+
+// learnExeWindow gives exe a window of at least bytes (Options.ExeWindow).
+func (c *Collector) learnExeWindow(exe exeKey, bytes uint32) {
+	if c.opts.ExeWindow == nil || exe.ino == 0 || bytes == 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.exeWindows[exe] >= bytes {
+		c.mu.Unlock()
+		return
+	}
+	if c.exeWindows == nil || len(c.exeWindows) >= maxExeWindows {
+		c.exeWindows = map[exeKey]uint32{}
+	}
+	c.exeWindows[exe] = bytes
+	c.mu.Unlock()
+	if err := c.opts.ExeWindow(exe.dev, exe.ino, bytes); err != nil {
+		c.stats.WindowsUnset++
+		c.log.Warn("set the stack window of an executable; its new processes keep the default", "ino", exe.ino, "bytes", bytes, "error", err)
+	}
+}
+
+// exeOf returns the key of p's executable, from its mapping (whose dev
+// and inode, for an image placed from an exec event, are the kernel's);
+// zero when p has none.
+func exeOf(p *proc.Process) exeKey {
+	if p == nil || p.Exe == "" {
+		return exeKey{}
+	}
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if m.Path != p.Exe || m.Inode == 0 {
+			continue
+		}
+		maj, min, ok := strings.Cut(m.Dev, ":")
+		if !ok {
+			return exeKey{}
+		}
+		a, err1 := strconv.ParseUint(maj, 16, 32)
+		b, err2 := strconv.ParseUint(min, 16, 32)
+		if err1 != nil || err2 != nil || a >= 1<<12 || b >= 1<<20 {
+			return exeKey{}
+		}
+		return exeKey{dev: uint32(a<<20 | b), ino: m.Inode}
+	}
+	return exeKey{}
 }
 
 // windowFor returns the window that holds twice needed bytes: a power of
@@ -495,6 +568,12 @@ func (c *Collector) dropWindow(pid uint32) {
 	w, ok := c.windows[pid]
 	delete(c.windows, pid)
 	c.mu.Unlock()
+	if ok && !w.sized && w.bytes == 0 && w.needed > 0 {
+		// Gone (or another image) before its window was sized: what
+		// its stacks needed is all the file's next processes have to
+		// go by.
+		c.learnExeWindow(w.exe, windowFor(w.needed))
+	}
 	if ok && w.bytes != 0 && c.opts.StackWindow != nil {
 		if err := c.opts.StackWindow(pid, 0); err != nil {
 			c.log.Warn("drop the stack window", "pid", pid, "error", err)

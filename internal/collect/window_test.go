@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
@@ -18,7 +19,7 @@ func TestSizeWindow(t *testing.T) {
 		StackWindow: func(pid, bytes uint32) error { sets = append(sets, set{pid, bytes}); return nil }})
 	t0 := time.Unix(1000, 0)
 	walk := func(at time.Duration, needed uint64, stop unwind.Stop) {
-		c.sizeWindow(7, t0.Add(at), unwind.Result{Stop: stop, Needed: needed})
+		c.sizeWindow(nil, 7, t0.Add(at), unwind.Result{Stop: stop, Needed: needed})
 	}
 	walk(0, 0, unwind.StopOutermost)
 	walk(300*time.Millisecond, 1500, unwind.StopOutermost) // a vfprintf frame, in the wide first window
@@ -51,5 +52,58 @@ func TestSizeWindow(t *testing.T) {
 	walk(6*time.Second, 0, unwind.StopOutermost)
 	if len(sets) != n+1 || sets[n] != (set{7, 1024}) {
 		t.Fatalf("after the exec: sets %v, want the smallest window (1024) once the probe ended", sets[n:])
+	}
+}
+
+// TestExeWindow follows one executable's window: a process gone before
+// its probe ended gives the file what its stacks needed, a sized or
+// widened one what it was given, and the file keeps the most of them.
+func TestExeWindow(t *testing.T) {
+	type set struct {
+		dev   uint32
+		ino   uint64
+		bytes uint32
+	}
+	var sets []set
+	c := New(Options{NoLeafRecovery: true, NoVDSO: true, WindowProbe: time.Second,
+		StackWindow: func(pid, bytes uint32) error { return nil },
+		ExeWindow: func(dev uint32, ino uint64, bytes uint32) error {
+			sets = append(sets, set{dev, ino, bytes})
+			return nil
+		}})
+	cc := &proc.Process{Exe: "/usr/bin/cc", Mappings: []proc.Mapping{
+		{Start: 0x1000, End: 0x2000, Path: "/usr/lib/libc.so.6", Dev: "08:01", Inode: 9},
+		{Start: 0x4000, End: 0x5000, Path: "/usr/bin/cc", Dev: "fd:02", Inode: 42},
+	}}
+	want := func(s set) set { s.dev, s.ino = 0xfd<<20|2, 42; return s }
+	t0 := time.Unix(1000, 0)
+	walk := func(pid uint32, at time.Duration, needed uint64, stop unwind.Stop) {
+		c.sizeWindow(cc, pid, t0.Add(at), unwind.Result{Stop: stop, Needed: needed})
+	}
+
+	// Short-lived: exits within its probe.
+	walk(10, 0, 600, unwind.StopOutermost)
+	walk(10, 100*time.Millisecond, 100, unwind.StopOutermost)
+	if len(sets) != 0 {
+		t.Fatalf("set before the process ended: %v", sets)
+	}
+	c.ProcEvent(sampler.ProcEvent{PID: 10, Exit: true, Time: t0.Add(200 * time.Millisecond)})
+	if len(sets) != 1 || sets[0] != want(set{bytes: 2048}) {
+		t.Fatalf("after a short process: sets %v, want %v (twice 600 bytes, rounded up)", sets, want(set{bytes: 2048}))
+	}
+
+	// Another needing less changes nothing; a cut widens the file too.
+	walk(11, 0, 100, unwind.StopOutermost)
+	c.ProcEvent(sampler.ProcEvent{PID: 11, Exit: true, Time: t0.Add(300 * time.Millisecond)})
+	walk(12, 0, 3000, unwind.StopWindow)
+	if len(sets) != 2 || sets[1] != want(set{bytes: 8192}) {
+		t.Fatalf("after a cut: sets %v, want %v last", sets, want(set{bytes: 8192}))
+	}
+
+	// A process of no known executable teaches nothing.
+	c.sizeWindow(&proc.Process{Exe: "/gone"}, 13, t0, unwind.Result{Stop: unwind.StopWindow, Needed: 100})
+	c.ProcEvent(sampler.ProcEvent{PID: 13, Exit: true, Time: t0})
+	if len(sets) != 2 {
+		t.Fatalf("unknown executable: sets %v", sets)
 	}
 }

@@ -214,6 +214,11 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	if w, ok := src.(interface{ SetStackWindow(pid, bytes uint32) error }); ok {
 		opts.StackWindow = w.SetStackWindow
 	}
+	if w, ok := src.(interface {
+		SetExeWindow(dev uint32, ino uint64, bytes uint32) error
+	}); ok && opts.StackWindow != nil {
+		opts.ExeWindow = w.SetExeWindow
+	}
 	p.Collector = collect.New(opts)
 	if cfg.OffCPU.Enabled && cfg.GoWaitFrequency > 0 {
 		// Goroutine waits park no thread: sample them from outside. Its

@@ -372,6 +372,17 @@ func (s *Sampler) SetStackWindow(pid, bytes uint32) error {
 	return s.objs.StackWindows.Put(pid, min(bytes, WindowMax))
 }
 
+// SetExeWindow makes the programs copy bytes of stack (at most WindowMax)
+// for the processes of the executable dev and ino name (the kernel's dev_t,
+// major << 20 | minor, and inode, as ExecImage has them) until a process
+// has a window of its own (SetStackWindow), in place of
+// Options.NewProcessWindow. The kernel keeps the most recently used
+// executables' windows; a file it dropped goes back to
+// Options.NewProcessWindow.
+func (s *Sampler) SetExeWindow(dev uint32, ino uint64, bytes uint32) error {
+	return s.objs.ExeWindows.Put(bpf.SamplerExeKey{Ino: ino, Dev: dev}, min(bytes, WindowMax))
+}
+
 // DeleteProcConfig forgets pid's configuration.
 func (s *Sampler) DeleteProcConfig(pid uint32) error {
 	err := s.objs.ProcConfigs.Delete(pid)

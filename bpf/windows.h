@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Stack windows learned per executable. Included by sampler.bpf.c before
+ * fill_user(). */
+#ifndef WINDOWS_H
+#define WINDOWS_H
+
+/* The file a process runs (mm->exe_file; a script's interpreter), as
+ * the exec event names it (proc_lifecycle.exe_ino and exe_dev). */
+struct exe_key {
+	__u64 ino;
+	__u32 dev; /* kernel dev_t: major << 20 | minor */
+	__u32 pad;
+};
+
+/* Window bytes for the processes of an executable that have no
+ * stack_windows entry of their own (new ones: a fork, or an exec), written
+ * by user space with the most any process of the file was sized to, so
+ * that short-lived processes of a file seen before (a compiler, a health
+ * check) are not copied with new_process_window. Least recently used
+ * files go first. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct exe_key);
+	__type(value, __u32);
+} exe_windows SEC(".maps");
+
+/* new_window returns the window bytes of the current task's process, which
+ * has no stack_windows entry: its executable's (exe_windows), or
+ * new_process_window for a file not sized yet. */
+static __always_inline __u32 new_window(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct exe_key k = {};
+	struct mm_struct *mm;
+	struct file *f;
+	__u32 *w;
+
+	mm = task->mm;
+	if (!mm)
+		return new_process_window;
+	f = mm->exe_file;
+	if (!f)
+		return new_process_window;
+	k.ino = f->f_inode->i_ino;
+	k.dev = f->f_inode->i_sb->s_dev;
+	w = bpf_map_lookup_elem(&exe_windows, &k);
+	return w ? *w : new_process_window;
+}
+
+#endif
