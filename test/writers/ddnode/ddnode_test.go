@@ -31,9 +31,12 @@ type span struct {
 	Start   string      `json:"start_ns"`
 	End     string      `json:"end_ns"`
 	CPU     [][2]string `json:"cpu"`
-	start   int64
-	end     int64
-	cpu     [][2]int64
+	// MonoToUnix: add to a CLOCK_MONOTONIC time for Unix time.
+	MonoToUnix string `json:"mono_to_unix_ns"`
+	toUnix     int64
+	start      int64
+	end        int64
+	cpu        [][2]int64
 }
 
 // startWorkload starts spanwork.js under Node 24 with the writer on and no
@@ -154,6 +157,7 @@ func readTruth(t *testing.T, path string) []span {
 		}
 		s.start, _ = strconv.ParseInt(s.Start, 10, 64)
 		s.end, _ = strconv.ParseInt(s.End, 10, 64)
+		s.toUnix, _ = strconv.ParseInt(s.MonoToUnix, 10, 64)
 		for _, c := range s.CPU {
 			a, _ := strconv.ParseInt(c[0], 10, 64)
 			b, _ := strconv.ParseInt(c[1], 10, 64)

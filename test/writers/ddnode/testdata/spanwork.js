@@ -16,6 +16,10 @@ function burn (ms) {
   while (process.hrtime.bigint() < end) x += Math.sqrt(x + 1)
   return x
 }
+// CLOCK_MONOTONIC (hrtime) to Unix time, for the profile's timestamps.
+const { performance } = require('perf_hooks')
+const monoToUnix = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6)) - process.hrtime.bigint()
+
 const sleep = (ms) => new Promise(resolve => setTimeout(resolve, ms))
 
 async function main () {
@@ -44,7 +48,7 @@ async function main () {
       const end = process.hrtime.bigint()
       fs.writeSync(out, JSON.stringify({
         trace_id: ctx.toTraceId(true), span_id: ctx.toSpanId(true),
-        start_ns: start.toString(), end_ns: end.toString(), cpu
+        start_ns: start.toString(), end_ns: end.toString(), cpu, mono_to_unix_ns: monoToUnix.toString()
       }) + '\n')
     })
   }
