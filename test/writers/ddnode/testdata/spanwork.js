@@ -26,6 +26,11 @@ async function main () {
   // The writer starts with the first activation; one span before "ready".
   await tracer.trace('warmup', async () => { await sleep(1) })
   process.stdout.write('ready\n')
+  if (process.env.SPANWORK_WAIT) {
+    // Start when told (a line on stdin): a profiler attaches meanwhile.
+    await new Promise(resolve => process.stdin.once('data', resolve))
+    process.stdin.pause()
+  }
   await sleep(300)
   for (let i = 0; i < spans; i++) {
     burn(burnMs / 2) // outside any span
