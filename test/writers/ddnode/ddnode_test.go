@@ -110,15 +110,20 @@ func addon(t *testing.T, pid int) (path string, bias, lo, hi uint64) {
 }
 
 type sample struct {
-	at  int64
-	ctx tracectx.Context
-	ok  bool
-	err error
+	// at..until holds the moment the thread stopped: before the attach,
+	// after the stop was seen.
+	at, until int64
+	ctx       tracectx.Context
+	ok        bool
+	err       error
 }
 
 // sampleStopped stops thread tid, reads its thread pointer and walks its
 // context, then lets it go on.
 func sampleStopped(mem *os.File, tid int, loc tracectx.Location, lay tracectx.NodeLayout) sample {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	at := ts.Nano()
 	if err := unix.PtraceAttach(tid); err != nil {
 		return sample{err: err}
 	}
@@ -127,9 +132,8 @@ func sampleStopped(mem *os.File, tid int, loc tracectx.Location, lay tracectx.No
 	if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
 		return sample{err: err}
 	}
-	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	s := sample{at: ts.Nano()}
+	s := sample{at: at, until: ts.Nano()}
 	tp, err := tracectx.ThreadPointer(tid)
 	if err != nil {
 		s.err = err
@@ -229,21 +233,23 @@ loop:
 	var in, inMatch, out, outAny, errs, edge int
 	for _, s := range samples {
 		if s.err != nil {
-			errs++
-			if errs < 5 {
-				t.Logf("walk error at %d: %v", s.at, s.err)
+			// A walk while the isolate is set up or torn down may meet
+			// freed handles (V8 zaps them): counted, not judged.
+			if s.at >= truth[0].start && s.until <= truth[len(truth)-1].end {
+				errs++
 			}
+			t.Logf("walk error at %d (spans %d..%d): %v", s.at, truth[0].start, truth[len(truth)-1].end, s.err)
 			continue
 		}
 		var cur *span
 		near, waiting := false, false
 		for i := range truth {
 			sp := &truth[i]
-			if s.at > sp.start-margin && s.at < sp.end+margin {
+			if s.until > sp.start-margin && s.at < sp.end+margin {
 				waiting = true // in the span, or too near its edge to judge
 			}
 			for _, c := range sp.cpu {
-				if s.at >= c[0]+margin && s.at <= c[1]-margin {
+				if s.at >= c[0]+margin && s.until <= c[1]-margin {
 					cur = sp
 				}
 			}
@@ -272,9 +278,9 @@ loop:
 			}
 		}
 	}
-	t.Logf("%d stops: %d in spans (%d with the span's ids), %d outside (%d with ids), %d waiting in a span or at an edge (not judged), %d walk errors",
+	t.Logf("%d stops: %d in spans (%d with the span's ids), %d outside (%d with ids), %d waiting in a span or at an edge (not judged), %d walk errors while spans ran",
 		len(samples), in, inMatch, out, outAny, edge, errs)
-	if in < 100 || out < 10 {
+	if in < 50 || out < 10 {
 		t.Fatalf("too few stops to judge: %d in, %d out", in, out)
 	}
 	if errs != 0 {

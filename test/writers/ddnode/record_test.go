@@ -104,7 +104,9 @@ func judge(t *testing.T, samples []truth.Sample, pid int, spans []span) {
 	}
 	t.Logf("main thread: %d samples on CPU in spans (%d with the span's ids), %d outside spans (%d linked), %d at a span's wait or edge (not judged); other threads: %d samples (%d linked)",
 		in, inRight, out, outLinked, waiting, other, otherLinked)
-	if in < 100 || out < 10 {
+	// On a loaded machine the workload gets little CPU: 50 samples in
+	// spans still let one miss fail the 99 %.
+	if in < 50 || out < 10 {
 		t.Fatalf("too few samples to judge: %d in spans, %d outside", in, out)
 	}
 	if float64(inRight) < 0.99*float64(in) {
