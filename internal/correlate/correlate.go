@@ -257,7 +257,8 @@ func (w *Watcher) scanPID(pid uint32, why reason) error {
 	if why == linkScan && (cfg != before && cfg != (bpf.SamplerProcConfig{}) || r.ctxAddr != 0 && beforeCtx == 0) {
 		w.stats.linkFound.Add(1)
 	}
-	if cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) || cfg.GoLayout != uint8(bpf.SamplerGoLabelLayoutGO_LABELS_NONE) {
+	if cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) || cfg.GoLayout != uint8(bpf.SamplerGoLabelLayoutGO_LABELS_NONE) ||
+		cfg.Node.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) {
 		// Marked before the write: an exec or exit that comes while it is
 		// under way then deletes what it wrote.
 		w.mu.Lock()
@@ -365,6 +366,12 @@ func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, erro
 		cfg.TlsModule = pi.ThreadContext.ModuleID
 		info.Source = "thread"
 	}
+	if nc, ok := nodeConfig(pi.NodeContext); ok {
+		cfg.Node = nc
+		if info.Source == "" {
+			info.Source = "node"
+		}
+	}
 	goQuiet := true // no Go check
 	if w.goc != nil {
 		var exe *unix.Stat_t
@@ -397,6 +404,27 @@ func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, erro
 		!bytes.Contains(pr.Maps, []byte("OTEL_CTX"))
 	return inspected{info: info, cfg: cfg, hooks: pi.Hooks, loader: pi.Loader, sum: sum,
 		ctxAddr: pi.ContextAddr, ctxPublished: pi.ContextPublishedAt}, nil
+}
+
+// nodeConfig is the proc_config part of the Node.js walk (bpf/nodectx.h),
+// with the layout tracectx.DefaultNodeLayout reads; false when the process
+// has no discovery struct or it is where the walk does not read (musl).
+func nodeConfig(l tracectx.Location) (nc bpf.SamplerNodeCtxConfig, ok bool) {
+	switch {
+	case l.Kind == tracectx.LocationStaticTP:
+		nc.TlsKind = uint8(bpf.SamplerTlsKindTLS_STATIC_TP)
+	case l.Kind == tracectx.LocationDTV && !l.Musl:
+		nc.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV)
+		nc.TlsModule = l.ModuleID
+	default:
+		return nc, false
+	}
+	lay := tracectx.DefaultNodeLayout()
+	nc.TlsOffset = l.Offset
+	nc.WrappedOff = uint32(lay.WrappedObject)
+	nc.MapTableOff = uint32(lay.JSMapTable)
+	nc.RecordSlot = int32(lay.RecordSlot)
+	return nc, true
 }
 
 // ErrNotGo is what a GoConfig returns for a binary that is not Go.

@@ -22,6 +22,7 @@ var counterNames = map[bpf.SamplerDropCounter]string{
 	bpf.SamplerDropCounterCNT_CTX_INVALID:         "context_invalid",
 	bpf.SamplerDropCounterCNT_GO_LABELS_ERR:       "go_labels_error",
 	bpf.SamplerDropCounterCNT_CTX_ATTRS_ERR:       "context_attrs_read_error",
+	bpf.SamplerDropCounterCNT_NODE_CTX_ERR:        "node_context_walk_error",
 	bpf.SamplerDropCounterCNT_OFFCPU_SAMPLES:      "offcpu_samples",
 	bpf.SamplerDropCounterCNT_OFFCPU_PENDING_FULL: "lost_offcpu_pending_full",
 	bpf.SamplerDropCounterCNT_OFFCPU_STATE_ERR:    "lost_offcpu_no_state",

@@ -177,12 +177,18 @@ func staticThreadContext(f *elf.File, path string) (*TLSVar, error) {
 // .dynsym, or .symtab of a static executable (whose relocation sections,
 // if any, never link to .dynsym, so none is taken for a slot).
 func threadContextIn(f *elf.File, ds *dynsym, path string) (*TLSVar, error) {
+	return tlsVarIn(f, ds, path, ThreadContextSymbol)
+}
+
+// tlsVarIn finds the STT_TLS symbol name in ds and the relocations that
+// reach it.
+func tlsVarIn(f *elf.File, ds *dynsym, path, name string) (*TLSVar, error) {
 	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
-		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", ThreadContextSymbol, path, f.Class, f.Machine, ErrNotFound)
+		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", name, path, f.Class, f.Machine, ErrNotFound)
 	}
-	symIdx, sym, ok := ds.lookup(ThreadContextSymbol, func(s elf.Symbol) bool { return elf.ST_TYPE(s.Info) == elf.STT_TLS })
+	symIdx, sym, ok := ds.lookup(name, func(s elf.Symbol) bool { return elf.ST_TYPE(s.Info) == elf.STT_TLS })
 	if !ok {
-		return nil, fmt.Errorf("find %s in %s: %w", ThreadContextSymbol, path, ErrNotFound)
+		return nil, fmt.Errorf("find %s in %s: %w", name, path, ErrNotFound)
 	}
 	v := &TLSVar{
 		Path:       path,

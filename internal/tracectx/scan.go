@@ -36,6 +36,11 @@ type ProcessInfo struct {
 	ThreadContext Location
 	// ThreadContextModule is the path of the module defining the variable.
 	ThreadContextModule string
+	// NodeContext locates the Node.js writer's discovery struct
+	// (NodeDiscoverySymbol), LocationNone without one; NodeContextModule
+	// is the addon defining it.
+	NodeContext       Location
+	NodeContextModule string
 	// Hooks lists every mapped file exporting spanprof_set_trace_context.
 	Hooks []Hook
 	// Loader is the dynamic loader's debugger hook (LoaderHookSymbol),
@@ -104,6 +109,9 @@ type fileScan struct {
 	debugState uint64
 	v          *TLSVar
 	vErr       error
+	// node: the Node.js writer's otel_thread_ctx_nodejs_v1, nil when
+	// the file does not define it.
+	node *TLSVar
 }
 
 // ProcRead is what the caller read of /proc/PID for a scan, so the
@@ -248,6 +256,19 @@ func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe
 		} else if !errors.Is(fs.hookErr, ErrNotFound) {
 			info.Errors = append(info.Errors, fs.hookErr)
 		}
+		if fs.node != nil && info.NodeContext.Kind == LocationNone {
+			// The addon is loaded late (dlopen): found at the rescan the
+			// loader's link-map event triggers.
+			loc, err := Resolve(mem, fs.node, bias, isMain)
+			if err == nil && musl {
+				err = fmt.Errorf("locate %s in %s: musl is not read", NodeDiscoverySymbol, m.path)
+			}
+			if err != nil {
+				info.Errors = append(info.Errors, err)
+			} else {
+				info.NodeContext, info.NodeContextModule = loc, m.path
+			}
+		}
 		if fs.vErr != nil {
 			if !errors.Is(fs.vErr, ErrNotFound) {
 				info.Errors = append(info.Errors, fs.vErr)
@@ -307,6 +328,9 @@ func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 	default:
 		fs.hook, fs.hookErr = hookIn(f, ds, m.path)
 		fs.v, fs.vErr = threadContextIn(f, ds, m.path)
+		if nv, err := tlsVarIn(f, ds, m.path, NodeDiscoverySymbol); err == nil && nv.Defined {
+			fs.node = nv
+		}
 		if isLoader(m.path) {
 			fs.debugState, _ = funcOffset(f, ds, LoaderHookSymbol, m.path)
 		}
