@@ -163,6 +163,8 @@ fault:
 	return 0;
 }
 
+#include "elastic.h"
+
 /* read_trace_context tries the sources of SPEC in order: thread context,
  * goroutine labels, task storage, the OTel instrumentation map. */
 static __always_inline void read_trace_context(struct stack_sample *s, struct task_struct *task,
@@ -175,6 +177,8 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
 	cfg = bpf_map_lookup_elem(&proc_configs, &s->pid);
 	if (cfg) {
 		if (cfg->tls_kind != TLS_NONE && read_thread_ctx(s, task, cfg))
+			return;
+		if (cfg->elastic_kind != TLS_NONE && read_elastic_ctx(s, task, cfg))
 			return;
 		if (cfg->go_layout != GO_LABELS_NONE && read_go_labels(s, task, cfg))
 			return;

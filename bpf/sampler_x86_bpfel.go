@@ -21,6 +21,7 @@ const (
 	SamplerCtxSourceCTX_GO_LABELS    SamplerCtxSource = 2
 	SamplerCtxSourceCTX_TASK_STORAGE SamplerCtxSource = 3
 	SamplerCtxSourceCTX_OTEL_MAP     SamplerCtxSource = 4
+	SamplerCtxSourceCTX_ELASTIC      SamplerCtxSource = 5
 )
 
 type SamplerDropCounter uint32
@@ -72,18 +73,22 @@ type SamplerOtelSpanCtx struct {
 }
 
 type SamplerProcConfig struct {
-	_            structs.HostLayout
-	TlsKind      uint8
-	GoLayout     uint8
-	Pad0         uint16
-	Pad1         uint32
-	TlsOffset    int64
-	TlsModule    uint64
-	GoTlsG       int64
-	GoOffM       uint32
-	GoOffCurg    uint32
-	GoOffLabels  uint32
-	GoOffLockedg uint32
+	_             structs.HostLayout
+	TlsKind       uint8
+	GoLayout      uint8
+	Pad0          uint16
+	Pad1          uint32
+	TlsOffset     int64
+	TlsModule     uint64
+	GoTlsG        int64
+	GoOffM        uint32
+	GoOffCurg     uint32
+	GoOffLabels   uint32
+	GoOffLockedg  uint32
+	ElasticKind   uint8
+	Pad2          [7]uint8
+	ElasticOffset int64
+	ElasticModule uint64
 }
 
 type SamplerProcEventKind uint32

@@ -11,6 +11,10 @@ import (
 const (
 	ThreadContextSymbol = "otel_thread_ctx_v1"
 	HookSymbol          = "spanprof_set_trace_context"
+	// ElasticContextSymbol is Elastic APM's per-thread correlation
+	// pointer (universal profiling integration), in the Java agent's
+	// JVMTI library loaded after the JVM starts.
+	ElasticContextSymbol = "elastic_apm_profiling_correlation_tls_v1"
 )
 
 // ErrNotFound: the ELF file neither defines nor references the symbol in
@@ -84,6 +88,8 @@ type TLSReloc struct {
 // the variable of any thread of a process that maps the file.
 type TLSVar struct {
 	Path string
+	// Symbol is the variable's name (ThreadContextSymbol unless set).
+	Symbol string
 	// Defined: the file holds the variable (else it only references one
 	// defined elsewhere and contributes GOT slots).
 	Defined bool
@@ -177,15 +183,38 @@ func staticThreadContext(f *elf.File, path string) (*TLSVar, error) {
 // .dynsym, or .symtab of a static executable (whose relocation sections,
 // if any, never link to .dynsym, so none is taken for a slot).
 func threadContextIn(f *elf.File, ds *dynsym, path string) (*TLSVar, error) {
-	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
-		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", ThreadContextSymbol, path, f.Class, f.Machine, ErrNotFound)
+	return tlsVarIn(f, ds, path, ThreadContextSymbol)
+}
+
+// FindTLSVar is FindThreadContext for the TLS variable name, looked up in
+// .dynsym only.
+func FindTLSVar(openPath, name string) (*TLSVar, error) {
+	f, err := elf.Open(openPath)
+	if err != nil {
+		return nil, fmt.Errorf("open ELF: %w", err)
 	}
-	symIdx, sym, ok := ds.lookup(ThreadContextSymbol, func(s elf.Symbol) bool { return elf.ST_TYPE(s.Info) == elf.STT_TLS })
+	defer f.Close()
+	ds, err := readDynsym(f)
+	if errors.Is(err, elf.ErrNoSymbols) {
+		return nil, fmt.Errorf("find %s in %s: %w", name, openPath, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read .dynsym of %s: %w", openPath, err)
+	}
+	return tlsVarIn(f, ds, openPath, name)
+}
+
+func tlsVarIn(f *elf.File, ds *dynsym, path, name string) (*TLSVar, error) {
+	if f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64 || f.Class != elf.ELFCLASS64 {
+		return nil, fmt.Errorf("find %s in %s: %v %v not supported: %w", name, path, f.Class, f.Machine, ErrNotFound)
+	}
+	symIdx, sym, ok := ds.lookup(name, func(s elf.Symbol) bool { return elf.ST_TYPE(s.Info) == elf.STT_TLS })
 	if !ok {
-		return nil, fmt.Errorf("find %s in %s: %w", ThreadContextSymbol, path, ErrNotFound)
+		return nil, fmt.Errorf("find %s in %s: %w", name, path, ErrNotFound)
 	}
 	v := &TLSVar{
 		Path:       path,
+		Symbol:     name,
 		Defined:    sym.Section != elf.SHN_UNDEF,
 		Value:      sym.Value,
 		Executable: f.Type == elf.ET_EXEC,
