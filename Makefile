@@ -24,7 +24,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
+.PHONY: all build generate check-generated deps bench-deps tracework-deps writer-elastic-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
 	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench
 
 all: build
@@ -118,7 +118,18 @@ $(TRACEWORK)/venv/.installed: testdata/tracework/pyservice/requirements.txt $(sh
 	$(TRACEWORK)/venv/bin/pip install -q ./sdk/python
 	@touch $@
 
-test: deps check-generated vet java-sdk python-sdk-test tracework-deps
+# test/writers/elastic: the pinned Elastic APM Java agent, fetched with mvn
+# (its JVMTI library publishes elastic_apm_profiling_correlation_tls_v1).
+ELASTIC_BUILD := testdata/elastic/build
+ELASTIC_AGENT := co.elastic.apm:elastic-apm-agent:1.55.1
+writer-elastic-deps: $(ELASTIC_BUILD)/.fetched
+
+$(ELASTIC_BUILD)/.fetched: Makefile
+	@mkdir -p $(@D)
+	mvn -q -B dependency:copy -Dartifact=$(ELASTIC_AGENT) -DoutputDirectory=$(@D)
+	@touch $@
+
+test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-elastic-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...

@@ -20,19 +20,22 @@ type window struct {
 	outerFrom, from, to, outerTo uint64
 }
 
-type spanTruth struct {
-	setup, from, to uint64
-	byTID           map[int][]window
+// Truth is what SpanWork wrote down: its set-up time, the measured
+// stretch and each thread's windows by native thread id.
+type Truth struct {
+	Setup, From, To uint64
+	ByTID           map[int][]window
 }
 
-func readTruth(t *testing.T, path string) spanTruth {
+// ReadTruth reads SpanWork's truth file.
+func ReadTruth(t *testing.T, path string) Truth {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := spanTruth{byTID: map[int][]window{}}
+	tr := Truth{ByTID: map[int][]window{}}
 	num := func(s string) uint64 {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -45,19 +48,19 @@ func readTruth(t *testing.T, path string) spanTruth {
 		p := strings.Fields(sc.Text())
 		switch {
 		case len(p) == 2 && p[0] == "setup":
-			tr.setup = num(p[1])
+			tr.Setup = num(p[1])
 		case len(p) == 3 && p[0] == "measure":
-			tr.from, tr.to = num(p[1]), num(p[2])
+			tr.From, tr.To = num(p[1]), num(p[2])
 		case len(p) == 10 && p[0] == "seg":
 			tid, _ := strconv.Atoi(p[1])
 			route := p[5]
 			if route == "-" {
 				route = ""
 			}
-			tr.byTID[tid] = append(tr.byTID[tid], window{p[2], p[3], p[4], route, num(p[6]), num(p[7]), num(p[8]), num(p[9])})
+			tr.ByTID[tid] = append(tr.ByTID[tid], window{p[2], p[3], p[4], route, num(p[6]), num(p[7]), num(p[8]), num(p[9])})
 		case len(p) == 6 && p[0] == "gap":
 			tid, _ := strconv.Atoi(p[1])
-			tr.byTID[tid] = append(tr.byTID[tid], window{"", "", "", "", num(p[2]), num(p[3]), num(p[4]), num(p[5])})
+			tr.ByTID[tid] = append(tr.ByTID[tid], window{"", "", "", "", num(p[2]), num(p[3]), num(p[4]), num(p[5])})
 		default:
 			t.Fatalf("bad truth line %q", sc.Text())
 		}
@@ -65,39 +68,40 @@ func readTruth(t *testing.T, path string) spanTruth {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if tr.from == 0 || len(tr.byTID) == 0 {
+	if tr.From == 0 || len(tr.ByTID) == 0 {
 		t.Fatalf("truth %s: no measured spans", path)
 	}
 	return tr
 }
 
-type scored struct {
-	inSpan, inSpanRight   int // samples inside a span's inner window; those with its ids
-	linked, wrong         int // measured samples with a link; those no window of their span holds
-	gap, gapLinked        int // samples inside gaps; those with a link
-	linkedRight           int // in-span samples with the right ids
-	nameRight, routeRight int // of those, with the right span.name / http.route
-	firstLink             uint64
+// Scored counts what Score found.
+type Scored struct {
+	InSpan, InSpanRight   int // samples inside a span's inner window; those with its ids
+	Linked, Wrong         int // measured samples with a link; those no window of their span holds
+	Gap, GapLinked        int // samples inside gaps; those with a link
+	LinkedRight           int // in-span samples with the right ids
+	NameRight, RouteRight int // of those, with the right span.name / http.route
+	FirstLink             uint64
 }
 
-// score judges every event in the measured time: one inside a span's inner
+// Score judges every event in the measured time: one inside a span's inner
 // window (50µs clear of its ends) must carry that span's ids; one inside a
 // gap none; a linked one must lie in a window of its span (within 50µs),
 // on the thread that ran it, else it is wrong.
-func score(samples []truth.Sample, tr spanTruth) scored {
+func Score(samples []truth.Sample, tr Truth) Scored {
 	const margin = uint64(50 * time.Microsecond)
-	var c scored
+	var c Scored
 	for _, s := range samples {
 		if s.Kind != "samples" {
 			continue
 		}
 		tid, _ := strconv.Atoi(s.Attrs["thread.id"])
-		ws := tr.byTID[tid]
+		ws := tr.ByTID[tid]
 		for _, ts := range s.Times {
-			if s.Trace != "" && (c.firstLink == 0 || ts < c.firstLink) {
-				c.firstLink = ts
+			if s.Trace != "" && (c.FirstLink == 0 || ts < c.FirstLink) {
+				c.FirstLink = ts
 			}
-			if ts < tr.from || ts > tr.to {
+			if ts < tr.From || ts > tr.To {
 				continue
 			}
 			for i := range ws {
@@ -106,21 +110,21 @@ func score(samples []truth.Sample, tr spanTruth) scored {
 					continue
 				}
 				if w.span == "" {
-					c.gap++
+					c.Gap++
 					if s.Trace != "" {
-						c.gapLinked++
+						c.GapLinked++
 					}
 					break
 				}
-				c.inSpan++
+				c.InSpan++
 				if s.Trace == w.trace && s.Span == w.span {
-					c.inSpanRight++
-					c.linkedRight++
+					c.InSpanRight++
+					c.LinkedRight++
 					if s.Attrs["span.name"] == w.name {
-						c.nameRight++
+						c.NameRight++
 					}
 					if route, ok := s.Attrs["http.route"]; route == w.route && ok == (w.route != "") {
-						c.routeRight++
+						c.RouteRight++
 					}
 				}
 				break
@@ -128,7 +132,7 @@ func score(samples []truth.Sample, tr spanTruth) scored {
 			if s.Trace == "" {
 				continue
 			}
-			c.linked++
+			c.Linked++
 			right := false
 			for i := range ws {
 				w := &ws[i]
@@ -138,7 +142,7 @@ func score(samples []truth.Sample, tr spanTruth) scored {
 				}
 			}
 			if !right {
-				c.wrong++
+				c.Wrong++
 				if os.Getenv("SPANPROF_DEBUG_CORRELATION") != "" {
 					near := int64(1 << 62)
 					for _, w := range ws {
@@ -165,4 +169,19 @@ func abs(v int64) int64 {
 		return -v
 	}
 	return v
+}
+
+// RootSpans maps each trace to the span id of its windows named name
+// (SpanWork's root span, "work.root"): the local root of every span of
+// the trace.
+func (tr Truth) RootSpans(name string) map[string]string {
+	roots := map[string]string{}
+	for _, ws := range tr.ByTID {
+		for _, w := range ws {
+			if w.name == name && w.span != "" {
+				roots[w.trace] = w.span
+			}
+		}
+	}
+	return roots
 }
