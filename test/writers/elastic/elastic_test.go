@@ -175,13 +175,40 @@ func runAgent(t *testing.T, bin string, app *exec.Cmd) ([]truth.Sample, string) 
 	agent := exec.Command(bin, "agent", "--endpoint", ln.Addr().String(), "--insecure",
 		"--pid", fmt.Sprint(app.Process.Pid), "--frequency", "999", "--report-interval", "1s", "--metrics-listen", "off")
 	var agentLog strings.Builder
-	agent.Stdout, agent.Stderr = &agentLog, &agentLog
+	var logMu sync.Mutex
+	pipe, err := agent.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent.Stdout = io.Discard
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
-	// The workload's warm-up covers the agent's start: only the measured
-	// seconds after it are scored.
+	started := make(chan struct{})
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(pipe)
+		once := sync.Once{}
+		for sc.Scan() {
+			logMu.Lock()
+			agentLog.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if strings.Contains(sc.Text(), "agent started") {
+				once.Do(func() { close(started) })
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(120 * time.Second):
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Fatalf("spanprof agent did not start within 120s:\n%s", agentLog.String())
+	}
+	// The workload's warm-up covers the agent's first scan and reports:
+	// only the measured seconds after it are scored.
 	if _, err := stdin.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +217,7 @@ func runAgent(t *testing.T, bin string, app *exec.Cmd) ([]truth.Sample, string) 
 	}
 	time.Sleep(3 * time.Second) // the last interval's report
 	agent.Process.Signal(syscall.SIGINT)
+	<-logDone
 	if err := agent.Wait(); err != nil {
 		t.Logf("spanprof agent: %v", err)
 	}
