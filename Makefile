@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps
+	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps
 
 all: build
 
@@ -146,7 +146,19 @@ $(DDNODE)/.installed: Makefile
 	@touch $@
 
 
-test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps
+# test/writers/elastic: the pinned Elastic APM Java agent, fetched with mvn
+# (its JVMTI library publishes elastic_apm_profiling_correlation_tls_v1).
+ELASTIC_BUILD := testdata/elastic/build
+ELASTIC_AGENT := co.elastic.apm:elastic-apm-agent:1.55.1
+writer-elastic-deps: $(ELASTIC_BUILD)/.fetched
+
+$(ELASTIC_BUILD)/.fetched: Makefile
+	@mkdir -p $(@D)
+	mvn -q -B dependency:copy -Dartifact=$(ELASTIC_AGENT) -DoutputDirectory=$(@D)
+	@touch $@
+
+
+test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps writer-elastic-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...

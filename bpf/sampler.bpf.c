@@ -164,6 +164,7 @@ fault:
 }
 
 #include "nodectx.h"
+#include "elastic.h"
 
 /* read_trace_context tries the sources of SPEC in order: thread context,
  * goroutine labels, task storage, the OTel instrumentation map. */
@@ -179,6 +180,8 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
 		if (cfg->tls_kind != TLS_NONE && read_thread_ctx(s, task, cfg))
 			return;
 		if (cfg->node.tls_kind != TLS_NONE && read_node_ctx(s, task, cfg))
+			return;
+		if (cfg->elastic_kind != TLS_NONE && read_elastic_ctx(s, task, cfg))
 			return;
 		if (cfg->go_layout != GO_LABELS_NONE && read_go_labels(s, task, cfg))
 			return;

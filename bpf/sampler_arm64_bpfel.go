@@ -22,6 +22,7 @@ const (
 	SamplerCtxSourceCTX_TASK_STORAGE SamplerCtxSource = 3
 	SamplerCtxSourceCTX_OTEL_MAP     SamplerCtxSource = 4
 	SamplerCtxSourceCTX_NODE         SamplerCtxSource = 5
+	SamplerCtxSourceCTX_ELASTIC      SamplerCtxSource = 6
 )
 
 type SamplerDropCounter uint32
@@ -92,19 +93,23 @@ type SamplerOtelSpanCtx struct {
 }
 
 type SamplerProcConfig struct {
-	_            structs.HostLayout
-	TlsKind      uint8
-	GoLayout     uint8
-	Pad0         uint16
-	Pad1         uint32
-	TlsOffset    int64
-	TlsModule    uint64
-	GoTlsG       int64
-	GoOffM       uint32
-	GoOffCurg    uint32
-	GoOffLabels  uint32
-	GoOffLockedg uint32
-	Node         SamplerNodeCtxConfig
+	_             structs.HostLayout
+	TlsKind       uint8
+	GoLayout      uint8
+	Pad0          uint16
+	Pad1          uint32
+	TlsOffset     int64
+	TlsModule     uint64
+	GoTlsG        int64
+	GoOffM        uint32
+	GoOffCurg     uint32
+	GoOffLabels   uint32
+	GoOffLockedg  uint32
+	Node          SamplerNodeCtxConfig
+	ElasticKind   uint8
+	Pad2          [7]uint8
+	ElasticOffset int64
+	ElasticModule uint64
 }
 
 type SamplerProcEventKind uint32

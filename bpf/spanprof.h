@@ -41,6 +41,7 @@ enum ctx_source {
 	CTX_TASK_STORAGE = 3, /* task_trace_context map */
 	CTX_OTEL_MAP = 4,     /* OTel eBPF Instrumentation traces_ctx_v1 */
 	CTX_NODE = 5,         /* Node.js otel_thread_ctx_nodejs_v1 walk (bpf/nodectx.h) */
+	CTX_ELASTIC = 6,      /* Elastic APM elastic_apm_profiling_correlation_tls_v1 (bpf/elastic.h) */
 };
 
 /* Indices of the per-CPU drop and error counters. Every lost sample or
@@ -118,6 +119,12 @@ struct proc_config {
 	__u32 go_off_labels;
 	__u32 go_off_lockedg;
 	struct node_ctx_config node;
+	/* Elastic APM's elastic_apm_profiling_correlation_tls_v1, located
+	 * like the thread context (enum tls_kind); TLS_NONE when absent. */
+	__u8 elastic_kind;
+	__u8 pad2[7];
+	__s64 elastic_offset;
+	__u64 elastic_module;
 };
 
 /* OTEP 4947: the whole record is at most 640 bytes, 28 of them header. */
@@ -159,7 +166,8 @@ struct stack_sample {
 	__u32 window_len;   /* bytes of window in data, a multiple of 8 */
 	__u32 parent_pid;   /* SAMPLE_PRE_EXEC: the parent's tgid, 0 otherwise */
 	/* CTX_THREAD: the user address of the thread-context record, whose
-	 * attributes are copied after the stacks are walked; 0 otherwise. */
+	 * attributes are copied after the stacks are walked; CTX_ELASTIC: the
+	 * local root span id (8 bytes as published); 0 otherwise. */
 	__u64 ctx_record;
 	__u16 attrs_len;    /* bytes of the record's attributes in data, after the frames */
 	__u16 pad2;

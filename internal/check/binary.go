@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
 // listLimit caps how many function names a message spells out; the JSON
@@ -142,6 +144,9 @@ func summarize(info *elfInfo) string {
 	}
 	if info.ThreadCtx == "ok" {
 		parts = append(parts, "exports otel_thread_ctx_v1")
+	}
+	if info.ElasticCtx {
+		parts = append(parts, "exports "+tracectx.ElasticContextSymbol)
 	}
 	if info.SetTraceCtxFn {
 		parts = append(parts, "has spanprof_set_trace_context")

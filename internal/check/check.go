@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/spanprof/spanprof/internal/cli"
+	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
 // Main runs `spanprof check` with args and returns the exit code: 0 when
@@ -322,7 +323,7 @@ func (c *Checker) checkPID(pid int, res *Result) error {
 	}
 	if !publishes {
 		res.Findings = append(res.Findings, newFinding("no-trace-context", target, p.exe, 0,
-			"no mapped file exports otel_thread_ctx_v1 or spanprof_set_trace_context, the executable does not use %s, and there is no OTEL_CTX mapping", SDKModule))
+			"no mapped file exports otel_thread_ctx_v1, "+tracectx.ElasticContextSymbol+" or spanprof_set_trace_context, the executable does not use %s, and there is no OTEL_CTX mapping", SDKModule))
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/internal/unwind"
 )
 
@@ -42,7 +43,11 @@ type elfInfo struct {
 	// right, else why the agent cannot use it.
 	ThreadCtx     string
 	SetTraceCtxFn bool
-	FP            fpStats
+	// ElasticCtx: exports Elastic APM's
+	// elastic_apm_profiling_correlation_tls_v1 (TLS in .dynsym), which
+	// the agent reads too.
+	ElasticCtx bool
+	FP         fpStats
 	// FromFDE: FP's functions are the FDEs of a file without symbols;
 	// FDECoverage is the share of .text they cover.
 	FromFDE     bool
@@ -52,7 +57,7 @@ type elfInfo struct {
 // publishesContext reports whether the file on its own lets the agent read
 // span context.
 func (e *elfInfo) publishesContext() bool {
-	return e.ThreadCtx == "ok" || e.SetTraceCtxFn || e.GoSDK
+	return e.ThreadCtx == "ok" || e.SetTraceCtxFn || e.GoSDK || e.ElasticCtx
 }
 
 // elfOptions says where to look for debug files; tests point it elsewhere.
@@ -122,6 +127,7 @@ func analyzeELF(r io.ReaderAt, opt elfOptions, path string) (*elfInfo, error) {
 	info.Stripped = errors.Is(symErr, elf.ErrNoSymbols)
 	dynsyms, _ := f.DynamicSymbols()
 	info.ThreadCtx, info.SetTraceCtxFn = contextExports(symtab, dynsyms)
+	info.ElasticCtx = elasticExport(dynsyms)
 	if !info.GoSDK && info.Go {
 		for _, s := range symtab {
 			if strings.HasPrefix(s.Name, SDKModule+".") {
@@ -247,6 +253,17 @@ func contextExports(symtab, dynsyms []elf.Symbol) (threadCtx string, setFn bool)
 		}
 	}
 	return threadCtx, setFn
+}
+
+// elasticExport reports whether .dynsym defines Elastic APM's
+// correlation TLS variable, which the agent reads only from there.
+func elasticExport(dynsyms []elf.Symbol) bool {
+	for _, s := range dynsyms {
+		if s.Name == tracectx.ElasticContextSymbol && s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_TLS {
+			return true
+		}
+	}
+	return false
 }
 
 // findDebugFile looks where gdb and debuginfod clients look: the build-ID

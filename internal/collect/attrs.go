@@ -1,6 +1,8 @@
 package collect
 
 import (
+	"encoding/hex"
+
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
 	"github.com/spanprof/spanprof/internal/tracectx"
@@ -10,6 +12,9 @@ import (
 // key map. unnamed counts those the map names no key for; bad says the
 // attributes did not parse (none is kept then).
 func (c *Collector) attrs(r *sampler.Record) (a profile.Attrs, unnamed int, bad bool) {
+	if r.LocalRootSpanID != ([8]byte{}) {
+		return profile.MakeAttrs([]profile.Attr{{Key: TransactionIDKey, Value: hex.EncodeToString(r.LocalRootSpanID[:])}}), 0, false
+	}
 	if len(r.CtxAttrs) == 0 {
 		return "", 0, false
 	}
@@ -32,6 +37,11 @@ func (c *Collector) attrs(r *sampler.Record) (a profile.Attrs, unnamed int, bad 
 	}
 	return profile.MakeAttrs(kv), unnamed, false
 }
+
+// TransactionIDKey is the sample attribute holding an Elastic APM span's
+// local root span id (its transaction's id, as Elastic names it), in
+// lowercase hex (docs/thread-context.md).
+const TransactionIDKey = "transaction.id"
 
 // reservedKeys are the sample attributes and pprof labels the exporters
 // set from the sample itself; a thread-context attribute named alike is

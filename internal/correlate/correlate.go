@@ -41,7 +41,7 @@ type Info struct {
 	// AttributeKeys names the keys of the thread-context attributes
 	// (threadlocal.attribute_key_map); nil when the process publishes none.
 	AttributeKeys []string
-	// Source names the context source configured ("thread", "go",
+	// Source names the context source configured ("thread", "elastic", "go",
 	// "hook"), empty when none.
 	Source string
 }
@@ -258,7 +258,8 @@ func (w *Watcher) scanPID(pid uint32, why reason) error {
 		w.stats.linkFound.Add(1)
 	}
 	if cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) || cfg.GoLayout != uint8(bpf.SamplerGoLabelLayoutGO_LABELS_NONE) ||
-		cfg.Node.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) {
+		cfg.Node.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) ||
+		cfg.ElasticKind != uint8(bpf.SamplerTlsKindTLS_NONE) {
 		// Marked before the write: an exec or exit that comes while it is
 		// under way then deletes what it wrote.
 		w.mu.Lock()
@@ -371,6 +372,21 @@ func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, erro
 		if info.Source == "" {
 			info.Source = "node"
 		}
+	}
+	switch pi.ElasticContext.Kind {
+	case tracectx.LocationStaticTP:
+		cfg.ElasticKind = uint8(bpf.SamplerTlsKindTLS_STATIC_TP)
+		cfg.ElasticOffset = pi.ElasticContext.Offset
+	case tracectx.LocationDTV:
+		cfg.ElasticKind = uint8(bpf.SamplerTlsKindTLS_DTV)
+		if pi.ElasticContext.Musl {
+			cfg.ElasticKind = uint8(bpf.SamplerTlsKindTLS_DTV_MUSL)
+		}
+		cfg.ElasticOffset = pi.ElasticContext.Offset
+		cfg.ElasticModule = pi.ElasticContext.ModuleID
+	}
+	if cfg.ElasticKind != uint8(bpf.SamplerTlsKindTLS_NONE) && info.Source == "" {
+		info.Source = "elastic"
 	}
 	goQuiet := true // no Go check
 	if w.goc != nil {

@@ -106,6 +106,9 @@ type Record struct {
 	// (CtxSource CTX_THREAD), {key u8, len u8, value[len]}..., as the
 	// kernel copied them; tracectx.ParseAttrs decodes them.
 	CtxAttrs []byte
+	// LocalRootSpanID is the Elastic APM transaction id of the span
+	// (CtxSource CTX_ELASTIC), zero otherwise.
+	LocalRootSpanID [8]byte
 	// Reason is why an off-CPU interval waited when its producer knows
 	// it (the Go runtime's wait reason of a parked goroutine, from
 	// internal/gowait); empty for the kernel's samples, whose reason the
@@ -274,6 +277,9 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 	if r.CtxSource != bpf.SamplerCtxSourceCTX_NONE {
 		r.Link.TraceID = s.TraceId
 		r.Link.SpanID = s.SpanId
+	}
+	if r.CtxSource == bpf.SamplerCtxSourceCTX_ELASTIC {
+		binary.LittleEndian.PutUint64(r.LocalRootSpanID[:], s.CtxRecord)
 	}
 	if na > 0 {
 		at := headerSize + wl + 8*(nu+nk)

@@ -57,7 +57,9 @@ func TestKeyMapSchemaVersion(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{name: "known version", extra: map[string]string{SchemaVersionKey: "tlsdesc_v1_dev"}, want: keys},
+		{name: "merged name", extra: map[string]string{SchemaVersionKey: "tls_v1"}, want: keys},
+		{name: "draft name", extra: map[string]string{SchemaVersionKey: "tlsdesc_v1_dev"}, want: keys},
+		{name: "go labels", extra: map[string]string{SchemaVersionKey: "go_pprof_labels_v1"}, want: nil},
 		{name: "no version", extra: map[string]string{}, want: keys},
 		{name: "unknown version", extra: map[string]string{SchemaVersionKey: "v9"}, wantErr: true},
 	} {

@@ -11,6 +11,10 @@ import (
 const (
 	ThreadContextSymbol = "otel_thread_ctx_v1"
 	HookSymbol          = "spanprof_set_trace_context"
+	// ElasticContextSymbol is Elastic APM's per-thread correlation
+	// pointer (universal profiling integration), in the Java agent's
+	// JVMTI library loaded after the JVM starts.
+	ElasticContextSymbol = "elastic_apm_profiling_correlation_tls_v1"
 )
 
 // ErrNotFound: the ELF file neither defines nor references the symbol in
@@ -84,6 +88,8 @@ type TLSReloc struct {
 // the variable of any thread of a process that maps the file.
 type TLSVar struct {
 	Path string
+	// Symbol is the variable's name (ThreadContextSymbol unless set).
+	Symbol string
 	// Defined: the file holds the variable (else it only references one
 	// defined elsewhere and contributes GOT slots).
 	Defined bool
@@ -180,6 +186,24 @@ func threadContextIn(f *elf.File, ds *dynsym, path string) (*TLSVar, error) {
 	return tlsVarIn(f, ds, path, ThreadContextSymbol)
 }
 
+// FindTLSVar is FindThreadContext for the TLS variable name, looked up in
+// .dynsym only.
+func FindTLSVar(openPath, name string) (*TLSVar, error) {
+	f, err := elf.Open(openPath)
+	if err != nil {
+		return nil, fmt.Errorf("open ELF: %w", err)
+	}
+	defer f.Close()
+	ds, err := readDynsym(f)
+	if errors.Is(err, elf.ErrNoSymbols) {
+		return nil, fmt.Errorf("find %s in %s: %w", name, openPath, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read .dynsym of %s: %w", openPath, err)
+	}
+	return tlsVarIn(f, ds, openPath, name)
+}
+
 // tlsVarIn finds the STT_TLS symbol name in ds and the relocations that
 // reach it.
 func tlsVarIn(f *elf.File, ds *dynsym, path, name string) (*TLSVar, error) {
@@ -192,6 +216,7 @@ func tlsVarIn(f *elf.File, ds *dynsym, path, name string) (*TLSVar, error) {
 	}
 	v := &TLSVar{
 		Path:       path,
+		Symbol:     name,
 		Defined:    sym.Section != elf.SHN_UNDEF,
 		Value:      sym.Value,
 		Executable: f.Type == elf.ET_EXEC,

@@ -98,9 +98,9 @@ func Resolve(mem io.ReaderAt, v *TLSVar, bias uint64, mainProgram bool) (Locatio
 		}
 	}
 	if len(errs) == 0 {
-		return Location{}, fmt.Errorf("resolve %s in %s: no GOT slot reaches it: %w", ThreadContextSymbol, v.Path, ErrUnresolved)
+		return Location{}, fmt.Errorf("resolve %s in %s: no GOT slot reaches it: %w", v.name(), v.Path, ErrUnresolved)
 	}
-	return Location{}, fmt.Errorf("resolve %s in %s: %w", ThreadContextSymbol, v.Path, errors.Join(errs...))
+	return Location{}, fmt.Errorf("resolve %s in %s: %w", v.name(), v.Path, errors.Join(errs...))
 }
 
 func resolveSlot(mem io.ReaderAt, v *TLSVar, r TLSReloc, addr uint64) (Location, error) {
@@ -272,4 +272,12 @@ func readU64(mem io.ReaderAt, addr uint64) (uint64, error) {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// name is the variable's symbol.
+func (v *TLSVar) name() string {
+	if v.Symbol == "" {
+		return ThreadContextSymbol
+	}
+	return v.Symbol
 }

@@ -18,7 +18,9 @@ import (
 
 // OTEP 4719 process context header: {char signature[8]; u32 version;
 // u32 payload_size; u64 monotonic_published_at_ns; u64 payload_ptr}.
-// Version 2 (as merged) carries a ProcessContext{resource, attributes}
+// Version 2 (as merged) carries an
+// opentelemetry.proto.processcontext.v1development.ProcessContext{resource,
+// attributes}
 // payload; version 1, the development format some writers still publish,
 // the same header with a bare Resource.
 const (
@@ -40,9 +42,22 @@ const (
 )
 
 // SchemaVersions are the threadlocal.schema_version values whose records
-// this package reads: the layout of the SPEC's record table. A process
-// context without one is read as that layout too.
-var SchemaVersions = []string{"tlsdesc_v1_dev"}
+// this package reads: the layout of the SPEC's record table, named
+// tlsdesc_v1_dev in the OTEP 4947 drafts and tls_v1 as merged (what the
+// SDKs publish). A process context without one is read as that layout too.
+var SchemaVersions = []string{SchemaTLS, SchemaTLSDraft}
+
+// Schema versions of OTEP 4947 as merged and as drafted.
+const (
+	// SchemaTLS: the TLS record of the SPEC's table, as merged.
+	SchemaTLS = "tls_v1"
+	// SchemaTLSDraft: the same record, as the drafts named it.
+	SchemaTLSDraft = "tlsdesc_v1_dev"
+	// SchemaGoLabels: a Go process whose thread context is its
+	// goroutines' pprof labels; it has no record and no key map (the
+	// labels carry their keys).
+	SchemaGoLabels = "go_pprof_labels_v1"
+)
 
 // Errors of the process-context reader.
 var (
@@ -78,6 +93,9 @@ type ProcessContext struct {
 // else, so none is named then (the ids are read all the same).
 func (pc *ProcessContext) KeyMap() ([]string, error) {
 	v, ok := pc.Extra[SchemaVersionKey]
+	if v == SchemaGoLabels {
+		return nil, nil // no record: the goroutine labels name their keys
+	}
 	if ok && !slices.Contains(SchemaVersions, v) {
 		return nil, fmt.Errorf("read process context: %s %q not supported (want one of %q): thread attributes not exported",
 			SchemaVersionKey, v, SchemaVersions)

@@ -41,6 +41,11 @@ type ProcessInfo struct {
 	// is the addon defining it.
 	NodeContext       Location
 	NodeContextModule string
+	// ElasticContext locates ElasticContextSymbol (Elastic APM's
+	// correlation pointer), ElasticContextModule its module; Kind is
+	// LocationNone when no mapped file defines it.
+	ElasticContext       Location
+	ElasticContextModule string
 	// Hooks lists every mapped file exporting spanprof_set_trace_context.
 	Hooks []Hook
 	// Loader is the dynamic loader's debugger hook (LoaderHookSymbol),
@@ -112,6 +117,9 @@ type fileScan struct {
 	// node: the Node.js writer's otel_thread_ctx_nodejs_v1, nil when
 	// the file does not define it.
 	node *TLSVar
+	// ev, evErr: ElasticContextSymbol's lookup (.dynsym only).
+	ev    *TLSVar
+	evErr error
 }
 
 // ProcRead is what the caller read of /proc/PID for a scan, so the
@@ -219,7 +227,7 @@ type module struct {
 func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe exeID, info *ProcessInfo) {
 	exeDev, exeIno, exeErr := exe.dev, exe.ino, exe.err
 	seen := map[string]bool{}
-	var mods []module
+	var mods, emods []module
 	musl := false
 	for _, m := range maps {
 		musl = musl || isMuslLibc(m.path)
@@ -269,6 +277,11 @@ func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe
 				info.NodeContext, info.NodeContextModule = loc, m.path
 			}
 		}
+		if fs.evErr == nil {
+			emods = append(emods, module{m: m, path: m.path, bias: bias, v: fs.ev, main: isMain})
+		} else if !errors.Is(fs.evErr, ErrNotFound) {
+			info.Errors = append(info.Errors, fs.evErr)
+		}
 		if fs.vErr != nil {
 			if !errors.Is(fs.vErr, ErrNotFound) {
 				info.Errors = append(info.Errors, fs.vErr)
@@ -289,6 +302,19 @@ func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe
 		info.Errors = append(info.Errors, err)
 	}
 	info.ThreadContext, info.ThreadContextModule = loc, path
+	if len(emods) == 0 {
+		return
+	}
+	eloc, epath, err := locate(mem, emods)
+	eloc.Musl = musl && eloc.Kind == LocationDTV
+	if eloc.Musl && runtime.GOARCH != "amd64" {
+		info.Errors = append(info.Errors, fmt.Errorf("locate %s in %s: musl dynamic TLS is read on x86-64 only", ElasticContextSymbol, epath))
+		eloc = Location{}
+	}
+	if err != nil {
+		info.Errors = append(info.Errors, err)
+	}
+	info.ElasticContext, info.ElasticContextModule = eloc, epath
 }
 
 // file returns what the file behind mapping m says, read once per file
@@ -319,11 +345,12 @@ func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 		// A static executable: its .symtab may still name the variable.
 		fs.hookErr = fmt.Errorf("find %s in %s (no .dynsym): %w", HookSymbol, m.path, ErrNotFound)
 		fs.v, fs.vErr = staticThreadContext(f, m.path)
+		fs.evErr = ErrNotFound
 		fs.noSyms = fs.vErr != nil && errors.Is(fs.vErr, ErrNotFound)
 	case err != nil:
 		// Not remembered: the read may work next time.
 		fs.hookErr = fmt.Errorf("read .dynsym of %s: %w", m.path, err)
-		fs.vErr = ErrNotFound
+		fs.vErr, fs.evErr = ErrNotFound, ErrNotFound
 		return fs, nil
 	default:
 		fs.hook, fs.hookErr = hookIn(f, ds, m.path)
@@ -331,6 +358,7 @@ func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 		if nv, err := tlsVarIn(f, ds, m.path, NodeDiscoverySymbol); err == nil && nv.Defined {
 			fs.node = nv
 		}
+		fs.ev, fs.evErr = tlsVarIn(f, ds, m.path, ElasticContextSymbol)
 		if isLoader(m.path) {
 			fs.debugState, _ = funcOffset(f, ds, LoaderHookSymbol, m.path)
 		}

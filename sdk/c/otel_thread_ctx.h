@@ -77,13 +77,13 @@
  * PR_SET_VMA_ANON_NAME) holding
  *   {char signature[8]="OTEL_CTX"; u32 version=2; u32 payload_size;
  *    u64 monotonic_published_at_ns (CLOCK_BOOTTIME); u64 payload_ptr}
- * and a protobuf opentelemetry.proto.common.v1.ProcessContext payload:
+ * and a protobuf opentelemetry.proto.processcontext.v1development.ProcessContext payload:
  *   ProcessContext { Resource resource = 1; repeated KeyValue extra_attributes = 2; }
  *   Resource { repeated KeyValue attributes = 1; }
  *   KeyValue { string key = 1; AnyValue value = 2; }
  *   AnyValue { string string_value = 1; ArrayValue array_value = 5; }
  *   ArrayValue { repeated AnyValue values = 1; }
- * extra_attributes carry threadlocal.schema_version ("tlsdesc_v1_dev") and
+ * extra_attributes carry threadlocal.schema_version ("tls_v1", as merged) and
  * threadlocal.attribute_key_map (array: index = attribute key byte).
  */
 #ifndef OTEL_THREAD_CTX_H
@@ -484,7 +484,7 @@ static uint8_t *otel_pb_kv_array_(uint8_t *p, const char *k, const char *const *
 }
 
 #define OTEL_PCTX_SCHEMA_KEY "threadlocal.schema_version"
-#define OTEL_PCTX_SCHEMA "tlsdesc_v1_dev"
+#define OTEL_PCTX_SCHEMA "tls_v1"
 #define OTEL_PCTX_KEYMAP_KEY "threadlocal.attribute_key_map"
 
 /* Encodes ProcessContext{resource=1: Resource{attributes=1...},

@@ -218,7 +218,7 @@ def test_process_context_carries_resource_and_key_map():
     resource, extra = process_attrs()
     assert resource["service.name"] == "spanprof-unit"
     assert extra == {
-        "threadlocal.schema_version": "tlsdesc_v1_dev",
+        "threadlocal.schema_version": "tls_v1",
         "threadlocal.attribute_key_map": ["span.name", "http.route"],
     }
     with open("/proc/self/maps") as f:

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,46 +17,8 @@ import (
 	"github.com/spanprof/spanprof/test/truth"
 )
 
-var jdks = map[string]string{
-	"17": "/usr/lib/jvm/java-17-openjdk-amd64",
-	"25": "/usr/lib/jvm/temurin-25-jdk-amd64",
-}
-
-// setup builds spanprof, the sdk/java jar (make java-sdk: Maven fetches
-// the pinned agent and SDK) and the workload; it returns the binary, the
-// sdk/java build directory and the workload's classes.
-func setup(t *testing.T) (bin, build, classes string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
-	if _, err := os.Stat(filepath.Join(jdks["17"], "bin", "javac")); err != nil {
-		t.Skipf("no JDK 17 at %s", jdks["17"])
-	}
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
-	build = filepath.Join(root, "sdk", "java", "build")
-	if _, err := os.Stat(filepath.Join(build, "spanprof-otel.jar")); err != nil {
-		if out, err := exec.Command("make", "-C", root, "java-sdk").CombinedOutput(); err != nil {
-			t.Fatalf("make java-sdk: %v\n%s", err, out)
-		}
-	}
-	dir := t.TempDir()
-	bin = filepath.Join(dir, "spanprof")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd", "spanprof")).CombinedOutput(); err != nil {
-		t.Fatalf("build spanprof: %v\n%s", err, out)
-	}
-	classes = filepath.Join(dir, "classes")
-	javac := exec.Command(filepath.Join(jdks["17"], "bin", "javac"), "--release", "17", "-d", classes,
-		"-cp", filepath.Join(build, "sdk-lib", "*"), filepath.Join(filepath.Dir(self), "testdata", "SpanWork.java"))
-	if out, err := javac.CombinedOutput(); err != nil {
-		t.Fatalf("javac SpanWork: %v\n%s", err, out)
-	}
-	return bin, build, classes
-}
-
 func TestJavaThreadContext(t *testing.T) {
-	bin, build, classes := setup(t)
+	bin, build, classes := Setup(t)
 	lib := func(jar string) string { return filepath.Join(build, "sdk-lib", jar+"-1.65.0.jar") }
 	for _, v := range []struct {
 		name, jdk, mode string
@@ -69,9 +30,9 @@ func TestJavaThreadContext(t *testing.T) {
 		{"sdk-java25", "25", "sdk", true},
 	} {
 		t.Run(v.name, func(t *testing.T) {
-			java := filepath.Join(jdks[v.jdk], "bin", "java")
+			java := filepath.Join(JDKs[v.jdk], "bin", "java")
 			if _, err := os.Stat(java); err != nil {
-				t.Skipf("no Java %s at %s", v.jdk, jdks[v.jdk])
+				t.Skipf("no Java %s at %s", v.jdk, JDKs[v.jdk])
 			}
 			args := []string{"-XX:+PreserveFramePointer", "-Dotel.service.name=spanwork-" + v.name,
 				"-Dotel.traces.exporter=none", "-Dotel.metrics.exporter=none", "-Dotel.logs.exporter=none"}

@@ -172,3 +172,18 @@ func abs(v int64) int64 {
 	}
 	return v
 }
+
+// RootSpans maps each trace to the span id of its windows named name
+// (SpanWork's root span, "work.root"): the local root of every span of
+// the trace.
+func (tr SpanTruth) RootSpans(name string) map[string]string {
+	roots := map[string]string{}
+	for _, ws := range tr.ByTID {
+		for _, w := range ws {
+			if w.Name == name && w.Span != "" {
+				roots[w.Trace] = w.Span
+			}
+		}
+	}
+	return roots
+}

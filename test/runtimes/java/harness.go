@@ -6,12 +6,53 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 )
+
+// JDKs are the JDKs the Java tests run on, by major version.
+var JDKs = map[string]string{
+	"17": "/usr/lib/jvm/java-17-openjdk-amd64",
+	"25": "/usr/lib/jvm/temurin-25-jdk-amd64",
+}
+
+// Setup builds spanprof, the sdk/java jar (make java-sdk: Maven fetches
+// the pinned agent and SDK) and the workload; it returns the binary, the
+// sdk/java build directory and the workload's classes.
+func Setup(t *testing.T) (bin, build, classes string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load eBPF programs")
+	}
+	if _, err := os.Stat(filepath.Join(JDKs["17"], "bin", "javac")); err != nil {
+		t.Skipf("no JDK 17 at %s", JDKs["17"])
+	}
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
+	build = filepath.Join(root, "sdk", "java", "build")
+	if _, err := os.Stat(filepath.Join(build, "spanprof-otel.jar")); err != nil {
+		if out, err := exec.Command("make", "-C", root, "java-sdk").CombinedOutput(); err != nil {
+			t.Fatalf("make java-sdk: %v\n%s", err, out)
+		}
+	}
+	dir := t.TempDir()
+	bin = filepath.Join(dir, "spanprof")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd", "spanprof")).CombinedOutput(); err != nil {
+		t.Fatalf("build spanprof: %v\n%s", err, out)
+	}
+	classes = filepath.Join(dir, "classes")
+	javac := exec.Command(filepath.Join(JDKs["17"], "bin", "javac"), "--release", "17", "-d", classes,
+		"-cp", filepath.Join(build, "sdk-lib", "*"), filepath.Join(filepath.Dir(self), "testdata", "SpanWork.java"))
+	if out, err := javac.CombinedOutput(); err != nil {
+		t.Fatalf("javac SpanWork: %v\n%s", err, out)
+	}
+	return bin, build, classes
+}
 
 // RunRecorded starts app, records it with spanprof from before its "go"
 // (so the SDK set-up, the library's late load, lies inside the recording)
