@@ -5,7 +5,7 @@ own view of each span written down as ground truth.
 
 --gate: print "pid N", wait for a line on stdin, and only then import
 ddtrace (so its native extension is loaded while spanprof records);
-OUT.loaded gets the time of that import. Without --gate ddtrace is
+OUT.loaded gets the times before and after that import, a line each. Without --gate ddtrace is
 imported first and "pid N" printed after.
 
 OUT: one line a span, "tid trace span start end function held released"
@@ -36,6 +36,9 @@ if args.gate:
 
 from ddtrace.trace import tracer  # noqa: E402
 
+if args.gate:
+    with open(f"{args.out}.loaded", "a") as f:
+        f.write(f"{time.time_ns()}\n")
 if not args.gate:
     print(f"pid {os.getpid()}", flush=True)
     sys.stdin.readline()
