@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps
+	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
 
@@ -158,7 +158,22 @@ $(ELASTIC_BUILD)/.fetched: Makefile
 	@touch $@
 
 
-test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps writer-elastic-deps
+# Datadog's Python tracer (test/writers/ddpython): a venv of CPython 3.12
+# from pyenv (else 3.11) with the pinned ddtrace of
+# test/writers/ddpython/requirements.txt, in $(OUT)/ddpython/venv; redone
+# when a pin changes.
+DDPYTHON_PYTHON ?= $(TRACEWORK_PYTHON)
+writer-ddpython-deps: $(OUT)/ddpython/venv/.installed
+
+$(OUT)/ddpython/venv/.installed: test/writers/ddpython/requirements.txt
+	@[ -n "$(DDPYTHON_PYTHON)" ] || { echo "no CPython 3.12 or 3.11 under $(PYENV_ROOT)/versions: install one with pyenv"; exit 1; }
+	rm -rf $(OUT)/ddpython/venv && mkdir -p $(OUT)/ddpython
+	$(DDPYTHON_PYTHON) -m venv $(OUT)/ddpython/venv
+	$(OUT)/ddpython/venv/bin/pip install -q --disable-pip-version-check --no-deps -r test/writers/ddpython/requirements.txt
+	@touch $@
+
+
+test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...

@@ -172,6 +172,10 @@ type state struct {
 	// ctxAddr, ctxPublished: the process context's header and the
 	// monotonic_published_at_ns the last scan read (0: none).
 	ctxAddr, ctxPublished uint64
+	// ctxRescans counts the rescans Seen queued for a process that
+	// publishes an OTEP 4947 thread context but no process context yet
+	// (see awaitsContext).
+	ctxRescans int
 	// linkQueued: a scan for a link-map change is queued, not begun.
 	linkQueued bool
 	// linkAt is the last link-map change, linkStep the next of
@@ -611,12 +615,18 @@ func (w *Watcher) enqueue(r scanReq) {
 
 // Seen queues pid for a scan if it was never scanned, or if it was
 // scanned without finding a context source more than rescan ago (a
-// library may have been loaded since, or relocation was not done yet).
+// library may have been loaded since, or relocation was not done yet),
+// or if it awaits its process context (awaitsContext) since more than
+// rescan ago.
 func (w *Watcher) Seen(pid uint32, rescan time.Duration) {
 	w.mu.Lock()
 	st := w.procs[pid]
 	due := st == nil || (!st.resolved && st.scans < 5 && time.Since(st.scannedAt) > rescan)
-	if due {
+	awaits := st != nil && awaitsContext(st) && st.ctxRescans < maxContextRescans && time.Since(st.scannedAt) > rescan
+	if awaits {
+		st.ctxRescans++
+	}
+	if due || awaits {
 		if st == nil {
 			st = &state{}
 			w.procs[pid] = st
@@ -624,9 +634,23 @@ func (w *Watcher) Seen(pid uint32, rescan time.Duration) {
 		st.scannedAt = time.Now() // do not queue it again meanwhile
 	}
 	w.mu.Unlock()
-	if due {
+	if due || awaits {
 		w.enqueue(scanReq{pid, firstScan})
 	}
+}
+
+// maxContextRescans bounds the rescans of a process awaiting its process
+// context: a writer that publishes none is rescanned that often, no more.
+const maxContextRescans = 5
+
+// awaitsContext: the process publishes an OTEP 4947 thread context (a TLS
+// variable) but no process context was found, so its records' attributes
+// have no key map to name them. A writer in a library loaded late
+// publishes its process context after the load (ddtrace's extension is
+// dlopen'ed by an import, the tracer publishes the context as it starts):
+// the scan the load triggered found the variable before the context.
+func awaitsContext(st *state) bool {
+	return st.resolved && !st.exited && st.ctxAddr == 0 && st.cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE)
 }
 
 // Exec forgets pid: its image changed, scan it again.

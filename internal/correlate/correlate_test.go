@@ -97,3 +97,33 @@ func TestSeenQueuesOnce(t *testing.T) {
 		t.Fatalf("queued %d times after the rescan delay, want 2", n)
 	}
 }
+
+// TestSeenRescansAwaitingContext: a process whose OTEP 4947 thread
+// context was found without a process context (a writer loaded late that
+// publishes its context after the load) is rescanned after the delay, a
+// bounded number of times; one with its process context, or read through
+// Go labels alone, is not.
+func TestSeenRescansAwaitingContext(t *testing.T) {
+	w := New(&fakeKernel{configs: map[uint32]bpf.SamplerProcConfig{}}, nil, nil)
+	tls := bpf.SamplerProcConfig{TlsKind: uint8(bpf.SamplerTlsKindTLS_DTV)}
+	w.procs[7] = &state{resolved: true, scans: 9, cfg: tls}                     // awaits its process context
+	w.procs[8] = &state{resolved: true, scans: 1, cfg: tls, ctxAddr: 0x1000}    // has it
+	w.procs[9] = &state{resolved: true, scans: 1, cfg: bpf.SamplerProcConfig{}} // no TLS record
+	for i := 0; i < 2*maxContextRescans; i++ {
+		for pid := uint32(7); pid <= 9; pid++ {
+			w.Seen(pid, 0)
+		}
+	}
+	var got [10]int
+	for len(w.queue) > 0 {
+		got[(<-w.queue).pid]++
+	}
+	if got[7] != maxContextRescans || got[8] != 0 || got[9] != 0 {
+		t.Fatalf("rescans queued: awaiting %d, with a process context %d, without a TLS record %d; want %d, 0, 0",
+			got[7], got[8], got[9], maxContextRescans)
+	}
+	w.Seen(7, 1<<62) // within the delay: not again
+	if len(w.queue) != 0 {
+		t.Fatal("queued again within the rescan delay")
+	}
+}
