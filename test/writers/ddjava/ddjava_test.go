@@ -10,11 +10,8 @@
 package ddjava
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,16 +21,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spanprof/spanprof/test/runtimes/java"
 	"github.com/spanprof/spanprof/test/truth"
-	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
-	"google.golang.org/grpc"
-	_ "google.golang.org/grpc/encoding/gzip" // the agent may compress
 )
 
 // Version is the dd-java-agent the Makefile's writer-ddjava-deps fetches.
@@ -151,7 +143,7 @@ func TestDDJavaThreadContext(t *testing.T) {
 			} else if v.mode == "launch" {
 				samples, services, appErr = runLaunched(t, bin, app, warm+measure+60)
 			} else {
-				samples, services, appErr = runAgent(t, bin, app)
+				samples, services, appErr = java.RunAgent(t, bin, app)
 			}
 			// dd.service is a system property, not in the environment:
 			// only the process context the agent's profiler publishes
@@ -213,120 +205,4 @@ func runLaunched(t *testing.T, bin string, app *exec.Cmd, maxSeconds int) ([]tru
 		t.Fatal(err)
 	}
 	return samples, java.ServiceNames(t, out), log.String()
-}
-
-// sink is the OTLP/gRPC profiles endpoint `spanprof agent` exports to.
-type sink struct {
-	pprofileotlp.UnimplementedGRPCServer
-	mu       sync.Mutex
-	samples  []truth.Sample
-	services []string
-}
-
-func (s *sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
-	got := truth.Samples(req.Profiles())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.samples = append(s.samples, got...)
-	for _, rp := range req.Profiles().ResourceProfiles().All() {
-		v, _ := rp.Resource().Attributes().Get("service.name")
-		s.services = append(s.services, v.AsString())
-	}
-	return pprofileotlp.NewExportResponse(), nil
-}
-
-// runAgent runs app under `spanprof agent --pid` exporting to an in-test
-// sink, sends "go", waits for the app to end and the agent to stop (its
-// SIGTERM flushes what it holds), and returns the samples and service
-// names the sink received and the app's stderr.
-func runAgent(t *testing.T, bin string, app *exec.Cmd) ([]truth.Sample, []string, string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	s := &sink{}
-	pprofileotlp.RegisterGRPCServer(srv, s)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-
-	stdin, err := app.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	appOut, err := app.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var appErr strings.Builder
-	app.Stderr = &appErr
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { app.Process.Kill(); app.Wait() })
-	line, err := bufio.NewReader(appOut).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "pid ") {
-		t.Fatalf("workload first line %q: %v\n%s", line, err, appErr.String())
-	}
-	go io.Copy(io.Discard, appOut)
-
-	agent := exec.Command(bin, "agent", "--endpoint", ln.Addr().String(), "--insecure", "--report-interval", "1s",
-		"--pid", fmt.Sprint(app.Process.Pid), "--frequency", "999", "--metrics-listen", "127.0.0.1:0")
-	agentLog, err := agent.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent.Stdout = agent.Stderr
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
-	var log strings.Builder
-	ready := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(agentLog)
-		once := false
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-			if !once && strings.Contains(sc.Text(), "serving metrics") {
-				once = true
-				close(ready)
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-done:
-		t.Fatalf("spanprof agent ended before serving:\n%s", log.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("spanprof agent not ready in 30s:\n%s", log.String())
-	}
-	time.Sleep(time.Second) // the agent attaches to the pid it was given
-	if _, err := stdin.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Wait(); err != nil {
-		t.Fatalf("workload: %v\n%s", err, appErr.String())
-	}
-	time.Sleep(2 * time.Second)
-	agent.Process.Signal(syscall.SIGTERM)
-	<-done
-	if err := agent.Wait(); err != nil {
-		t.Fatalf("spanprof agent: %v\n%s", err, log.String())
-	}
-	t.Logf("spanprof agent:\n%s", lastLines(log.String(), 15))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.samples, s.services, appErr.String()
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }

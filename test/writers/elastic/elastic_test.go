@@ -8,26 +8,16 @@
 package elastic
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/spanprof/spanprof/test/runtimes/java"
 	"github.com/spanprof/spanprof/test/truth"
-	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
-	"google.golang.org/grpc"
-	_ "google.golang.org/grpc/encoding/gzip" // the agent may compress
 )
 
 // agentJar is the pinned agent (Makefile: writer-elastic-deps).
@@ -77,7 +67,7 @@ func TestElasticThreadContext(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				samples, appErr = runAgent(t, bin, app)
+				samples, _, appErr = java.RunAgent(t, bin, app)
 			}
 			tr := java.ReadTruth(t, truthPath)
 			c := java.Score(samples, tr)
@@ -120,109 +110,4 @@ func TestElasticThreadContext(t *testing.T) {
 			}
 		})
 	}
-}
-
-// sink is an OTLP/gRPC profiles endpoint on loopback keeping what the
-// agent sends.
-type sink struct {
-	pprofileotlp.UnimplementedGRPCServer
-	mu      sync.Mutex
-	samples []truth.Sample
-}
-
-func (s *sink) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
-	got := truth.Samples(req.Profiles())
-	s.mu.Lock()
-	s.samples = append(s.samples, got...)
-	s.mu.Unlock()
-	return pprofileotlp.NewExportResponse(), nil
-}
-
-// runAgent runs `spanprof agent` for app's pid, exporting to a sink,
-// from before the workload's go until it ended and the agent's last
-// report is in; it returns what the sink got and the app's stderr.
-func runAgent(t *testing.T, bin string, app *exec.Cmd) ([]truth.Sample, string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	s := &sink{}
-	pprofileotlp.RegisterGRPCServer(srv, s)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-
-	stdin, err := app.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	appOut, err := app.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var appErr strings.Builder
-	app.Stderr = &appErr
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { app.Process.Kill(); app.Wait() })
-	line, err := bufio.NewReader(appOut).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "pid ") {
-		t.Fatalf("workload first line %q: %v\n%s", line, err, appErr.String())
-	}
-	go io.Copy(io.Discard, appOut)
-	agent := exec.Command(bin, "agent", "--endpoint", ln.Addr().String(), "--insecure",
-		"--pid", fmt.Sprint(app.Process.Pid), "--frequency", "999", "--report-interval", "1s", "--metrics-listen", "off")
-	var agentLog strings.Builder
-	var logMu sync.Mutex
-	pipe, err := agent.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent.Stdout = io.Discard
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
-	started := make(chan struct{})
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(pipe)
-		once := sync.Once{}
-		for sc.Scan() {
-			logMu.Lock()
-			agentLog.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if strings.Contains(sc.Text(), "agent started") {
-				once.Do(func() { close(started) })
-			}
-		}
-	}()
-	select {
-	case <-started:
-	case <-time.After(120 * time.Second):
-		logMu.Lock()
-		defer logMu.Unlock()
-		t.Fatalf("spanprof agent did not start within 120s:\n%s", agentLog.String())
-	}
-	// The workload's warm-up covers the agent's first scan and reports:
-	// only the measured seconds after it are scored.
-	if _, err := stdin.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Wait(); err != nil {
-		t.Fatalf("workload: %v\n%s", err, appErr.String())
-	}
-	time.Sleep(3 * time.Second) // the last interval's report
-	agent.Process.Signal(syscall.SIGINT)
-	<-logDone
-	if err := agent.Wait(); err != nil {
-		t.Logf("spanprof agent: %v", err)
-	}
-	t.Logf("spanprof agent:\n%s", agentLog.String())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.samples, appErr.String()
 }
