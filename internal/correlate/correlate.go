@@ -357,18 +357,8 @@ func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, erro
 		w.log.Debug("scan", "pid", pid, "error", e)
 	}
 	info := Info{ServiceName: pi.ServiceName, Resource: pi.Resource, AttributeKeys: pi.AttributeKeyMap}
-	switch pi.ThreadContext.Kind {
-	case tracectx.LocationStaticTP:
-		cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_STATIC_TP)
-		cfg.TlsOffset = pi.ThreadContext.Offset
-		info.Source = "thread"
-	case tracectx.LocationDTV:
-		cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV)
-		if pi.ThreadContext.Musl {
-			cfg.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV_MUSL)
-		}
-		cfg.TlsOffset = pi.ThreadContext.Offset
-		cfg.TlsModule = pi.ThreadContext.ModuleID
+	cfg.TlsKind, cfg.TlsOffset, cfg.TlsModule = tlsConfig(pi.ThreadContext)
+	if cfg.TlsKind != uint8(bpf.SamplerTlsKindTLS_NONE) {
 		info.Source = "thread"
 	}
 	if nc, ok := nodeConfig(pi.NodeContext); ok {
@@ -377,18 +367,7 @@ func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, erro
 			info.Source = "node"
 		}
 	}
-	switch pi.ElasticContext.Kind {
-	case tracectx.LocationStaticTP:
-		cfg.ElasticKind = uint8(bpf.SamplerTlsKindTLS_STATIC_TP)
-		cfg.ElasticOffset = pi.ElasticContext.Offset
-	case tracectx.LocationDTV:
-		cfg.ElasticKind = uint8(bpf.SamplerTlsKindTLS_DTV)
-		if pi.ElasticContext.Musl {
-			cfg.ElasticKind = uint8(bpf.SamplerTlsKindTLS_DTV_MUSL)
-		}
-		cfg.ElasticOffset = pi.ElasticContext.Offset
-		cfg.ElasticModule = pi.ElasticContext.ModuleID
-	}
+	cfg.ElasticKind, cfg.ElasticOffset, cfg.ElasticModule = tlsConfig(pi.ElasticContext)
 	if cfg.ElasticKind != uint8(bpf.SamplerTlsKindTLS_NONE) && info.Source == "" {
 		info.Source = "elastic"
 	}
@@ -430,21 +409,34 @@ func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, erro
 // with the layout tracectx.DefaultNodeLayout reads; false when the process
 // has no discovery struct or it is where the walk does not read (musl).
 func nodeConfig(l tracectx.Location) (nc bpf.SamplerNodeCtxConfig, ok bool) {
-	switch {
-	case l.Kind == tracectx.LocationStaticTP:
-		nc.TlsKind = uint8(bpf.SamplerTlsKindTLS_STATIC_TP)
-	case l.Kind == tracectx.LocationDTV && !l.Musl:
-		nc.TlsKind = uint8(bpf.SamplerTlsKindTLS_DTV)
-		nc.TlsModule = l.ModuleID
-	default:
+	if l.Kind == tracectx.LocationDTV && l.Musl {
+		return nc, false
+	}
+	nc.TlsKind, nc.TlsOffset, nc.TlsModule = tlsConfig(l)
+	if nc.TlsKind == uint8(bpf.SamplerTlsKindTLS_NONE) {
 		return nc, false
 	}
 	lay := tracectx.DefaultNodeLayout()
-	nc.TlsOffset = l.Offset
 	nc.WrappedOff = uint32(lay.WrappedObject)
 	nc.MapTableOff = uint32(lay.JSMapTable)
 	nc.RecordSlot = int32(lay.RecordSlot)
 	return nc, true
+}
+
+// tlsConfig is how the sampler reaches a TLS variable at l (enum
+// tls_kind, the offset and the DTV module): TLS_NONE where l locates
+// nothing.
+func tlsConfig(l tracectx.Location) (kind uint8, offset int64, module uint64) {
+	switch l.Kind {
+	case tracectx.LocationStaticTP:
+		return uint8(bpf.SamplerTlsKindTLS_STATIC_TP), l.Offset, 0
+	case tracectx.LocationDTV:
+		if l.Musl {
+			return uint8(bpf.SamplerTlsKindTLS_DTV_MUSL), l.Offset, l.ModuleID
+		}
+		return uint8(bpf.SamplerTlsKindTLS_DTV), l.Offset, l.ModuleID
+	}
+	return uint8(bpf.SamplerTlsKindTLS_NONE), 0, 0
 }
 
 // ErrNotGo is what a GoConfig returns for a binary that is not Go.
