@@ -6,19 +6,19 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/spanprof/spanprof/internal/jit"
+	"github.com/spanprof/spanprof/internal/pipeline"
 )
 
 // reportJIT puts the perf-map counters in the log and, when JVMs were
 // asked for their maps, the count and cost of the requests on stderr.
-func reportJIT(j *jit.Maps, log *slog.Logger, stderr io.Writer) {
-	st := j.Cache.Stats()
+func reportJIT(s pipeline.Stats, log *slog.Logger, stderr io.Writer) {
+	st := s.PerfMaps
 	log.Debug("perf maps", "reads", st.Reads, "named", st.Hits, "bad_lines", st.BadLines,
 		"truncated", st.Truncated, "kept_from_rewrites", st.Kept, "read_after_exit", st.Exited, "malformed_jitdumps", st.BadDumps)
 	if st.BadDumps > 0 {
 		fmt.Fprintf(stderr, "spanprof: %d reads of jitdump files found them malformed; their JIT frames after the damage stay unnamed\n", st.BadDumps)
 	}
-	js := j.Stats()
+	js := s.JVMs
 	if js.Attaches+js.Failures+js.Exited == 0 {
 		return
 	}

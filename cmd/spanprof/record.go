@@ -14,15 +14,8 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/cli"
-	"github.com/spanprof/spanprof/internal/correlate"
-	"github.com/spanprof/spanprof/internal/debuginfod"
 	"github.com/spanprof/spanprof/internal/export"
-	"github.com/spanprof/spanprof/internal/gowait"
 	"github.com/spanprof/spanprof/internal/pipeline"
-	"github.com/spanprof/spanprof/internal/proc"
-	"github.com/spanprof/spanprof/internal/profile"
-	"github.com/spanprof/spanprof/internal/sampler"
-	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 // pidList is a repeatable --pid flag.
@@ -47,7 +40,7 @@ type recordFlags struct {
 	duration  time.Duration
 	frequency int
 	offCPU    bool
-	// offCPUThreshold tunes off-CPU sampling (sampler.OffCPUOptions).
+	// offCPUThreshold tunes off-CPU sampling (pipeline.OffCPUOptions).
 	offCPUThreshold time.Duration
 	output          string
 	// format is --format, or the one output's name selects.
@@ -55,11 +48,12 @@ type recordFlags struct {
 	// command is `record -- CMD ARGS…`: started, recorded to its exit.
 	command     []string
 	durationSet bool
-	// goWaitFrequency samples parked goroutines with --off-cpu (gowait).
+	// goWaitFrequency samples parked goroutines with --off-cpu
+	// (internal/gowait).
 	goWaitFrequency int
 	verbose         bool
 	// Symbolization (docs/symbolization.md).
-	symbolize      symbolize.Mode
+	symbolize      pipeline.Mode
 	debugDirs      stringList
 	debuginfodWait time.Duration
 	// noJVMPerfmap: do not attach to JVMs for their perf maps (internal/jit).
@@ -84,10 +78,10 @@ const recordRingMiB = 8
 func (f *recordFlags) pipeline(log *slog.Logger) pipeline.Config {
 	return pipeline.Config{
 		Frequency: f.frequency, PIDs: f.pids, Logger: log,
-		OffCPU:          sampler.OffCPUOptions{Enabled: f.offCPU, Threshold: f.offCPUThreshold},
+		OffCPU:          pipeline.OffCPUOptions{Enabled: f.offCPU, Threshold: f.offCPUThreshold},
 		GoWaitFrequency: f.goWaitFrequency,
 		Symbolization: pipeline.Symbolization{Mode: f.symbolize, DebugDirs: f.debugDirs,
-			DebuginfodURLs: debuginfod.URLsFromEnv(), NoJVMPerfmap: f.noJVMPerfmap},
+			DebuginfodURLs: pipeline.DebuginfodURLs(nil), NoJVMPerfmap: f.noJVMPerfmap},
 		Budget: pipeline.Budget{CacheMiB: f.cacheMiB, DWARFSpillDir: f.dwarfCacheDir, RingMiB: f.ringMiB,
 			GCPercent: pipeline.DefaultGCPercent},
 	}
@@ -116,9 +110,9 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	cli.DurationVar(fs, &f.duration, "duration", 10*time.Second, "how long to record")
 	fs.IntVar(&f.frequency, "frequency", 99, "on-CPU samples per second per CPU")
 	fs.BoolVar(&f.offCPU, "off-cpu", false, "also record off-CPU time (sched_switch)")
-	cli.DurationVar(fs, &f.offCPUThreshold, "off-cpu-threshold", sampler.DefaultOffCPUThreshold,
+	cli.DurationVar(fs, &f.offCPUThreshold, "off-cpu-threshold", pipeline.DefaultOffCPUThreshold,
 		"off-CPU sampling: threads switching out less often than this are recorded exactly, others in proportion, with unbiased weights; 1ns records every wait")
-	fs.IntVar(&f.goWaitFrequency, "go-wait-frequency", gowait.DefaultFrequency,
+	fs.IntVar(&f.goWaitFrequency, "go-wait-frequency", pipeline.DefaultGoWaitFrequency,
 		"with --off-cpu: samples per second of the parked goroutines of Go processes (0: off)")
 	fs.StringVar(&f.output, "output", "", "write to FILE, - for stdout; format by suffix: .otlp.json .otlp.pb .pb.gz .folded .html (default: summary on stdout)")
 	fs.StringVar(&f.format, "format", "", "output format, whatever the file name: "+strings.Join(export.Formats(), ", ")+" (needed for --output -)")
@@ -138,7 +132,7 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	if err = cli.Parse(fs, args, stdout); err != nil {
 		return nil, err
 	}
-	if f.symbolize, err = symbolize.ResolveMode(*mode, len(debuginfod.URLsFromEnv()) > 0); err != nil {
+	if f.symbolize, err = pipeline.ResolveMode(*mode, len(pipeline.DebuginfodURLs(nil)) > 0); err != nil {
 		return nil, fmt.Errorf("--symbolize: %w", err)
 	}
 	if f.debuginfodWait < 0 {
@@ -152,23 +146,14 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 	if f.all && len(f.pids) > 0 {
 		return nil, errors.New("--all and --pid exclude each other")
 	}
-	if f.frequency < 1 || f.frequency > 100000 {
-		return nil, fmt.Errorf("--frequency %d out of range 1..100000", f.frequency)
-	}
-	if f.goWaitFrequency < 0 || f.goWaitFrequency > 1000 {
-		return nil, fmt.Errorf("--go-wait-frequency %d out of range 0..1000", f.goWaitFrequency)
-	}
-	if f.cacheMiB < 1 {
-		return nil, fmt.Errorf("--symbol-cache-mib %d: want at least 1", f.cacheMiB)
-	}
-	if r := f.ringMiB; r < 2 || r&(r-1) != 0 || r > 1024 {
-		return nil, fmt.Errorf("--ring-mib %d: want a power of two from 2 to 1024", r)
-	}
 	if f.duration <= 0 {
 		return nil, fmt.Errorf("--duration must be positive, got %v", f.duration)
 	}
-	if f.offCPUThreshold <= 0 || f.offCPUThreshold > sampler.MaxOffCPUThreshold {
-		return nil, fmt.Errorf("--off-cpu-threshold %v out of range 1ns..%v", f.offCPUThreshold, sampler.MaxOffCPUThreshold)
+	// The ranges of what the kernel, the symbolizer and the runtime take,
+	// as the agent's configuration is checked.
+	pcfg := f.pipeline(nil)
+	if err := pcfg.Validate(); err != nil {
+		return nil, pipeline.Rename(err, recordFlagNames)
 	}
 	if f.format != "" && f.output == "" {
 		return nil, errors.New("--format needs --output FILE (or - for stdout)")
@@ -186,6 +171,15 @@ func parseRecordFlags(args []string, stdout, stderr io.Writer) (*recordFlags, er
 		return nil, err
 	}
 	return f, nil
+}
+
+// recordFlagNames are the flags of the pipeline's options, in its errors.
+var recordFlagNames = map[pipeline.Field]string{
+	pipeline.FieldFrequency:       "--frequency",
+	pipeline.FieldGoWaitFrequency: "--go-wait-frequency",
+	pipeline.FieldCacheMiB:        "--symbol-cache-mib",
+	pipeline.FieldRingMiB:         "--ring-mib",
+	pipeline.FieldOffCPUThreshold: "--off-cpu-threshold",
 }
 
 func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -224,36 +218,34 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		return err
 	}
 	defer p.Close()
-	sym := &symbolization{Symbols: p.Symbols, wait: f.debuginfodWait}
-	if sym.Mode == symbolize.ModeFull && sym.Debuginfod == nil {
+	sym := p.Symbolization()
+	if sym.Mode == pipeline.ModeFull && !p.Fetches() {
 		fmt.Fprintln(stderr, "spanprof: --symbolize=full without DEBUGINFOD_URLS: using local debug files only")
 	}
-	c, tracker := p.Collector, p.Tracker
-	stopJIT := sym.JIT.Start()
-	defer stopJIT()
 	if err := p.Start(ctx); err != nil {
 		return err
 	}
-	dropRecordCapabilities(f.output != "", sym.JIT.JVMs != nil, log)
+	dropRecordCapabilities(f.output != "", p.AttachesJVMs(), log)
 
 	target := "all processes"
 	if len(f.pids) > 0 {
 		target = fmt.Sprintf("pid %v", []int(f.pids))
 	}
-	var cmdDone <-chan struct{}
 	if cmd != nil {
 		target = fmt.Sprintf("%s (pid %d)", strings.Join(f.command, " "), cmd.Pid())
-		cmdDone = cmd.done
 	}
 	what := fmt.Sprintf("%d Hz", f.frequency)
 	if f.offCPU {
 		what += fmt.Sprintf(" and off-CPU (threshold %v)", f.offCPUThreshold)
 	}
-	var timeout <-chan time.Time
-	if cmd == nil || f.durationSet {
-		timer := time.NewTimer(f.duration)
-		defer timer.Stop()
-		timeout = timer.C
+	// The recording ends at its duration, at its command's exit, or when
+	// interrupted (ctx): each is a cause of runCtx's end.
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	timed := cmd == nil || f.durationSet
+	if timed {
+		t := time.AfterFunc(f.duration, func() { stop(errDurationReached) })
+		defer t.Stop()
 		fmt.Fprintf(stderr, "spanprof: recording %s at %s for %v (Ctrl-C stops early)\n", target, what, f.duration)
 	} else {
 		fmt.Fprintf(stderr, "spanprof: recording %s at %s until it exits (Ctrl-C stops early)\n", target, what)
@@ -264,117 +256,87 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 		u.name = filepath.Base(f.command[0]) // still the gate until it runs
 		cpuBefore[cmd.Pid()] = u
 		cmd.Run()
+		go func() {
+			select {
+			case <-cmd.done:
+				stop(errCommandExited)
+			case <-runCtx.Done():
+			}
+		}()
 	}
 	start := time.Now()
 	prog := &progress{w: stderr, on: isTerminal(stderr), start: start}
-	if timeout != nil {
+	if timed {
 		prog.total = f.duration
 	}
-	nrec := 0
 
-	alive := time.NewTicker(250 * time.Millisecond)
-	defer alive.Stop()
-	events, goWaits := p.Source.Events(), p.GoroutineWaits()
-loop:
-	for {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				break loop // the reader ended; what it read is kept
-			}
-			p.Handle(e)
-			if e.Sample != nil {
-				nrec++
-			}
-		case b := <-goWaits:
-			p.HandleBatch(b, nil)
-			nrec += len(b)
-		case <-timeout:
-			break loop
-		case <-cmdDone:
-			prog.clear()
-			fmt.Fprintf(stderr, "spanprof: %s\n", cmd.Exited())
-			break loop
-		case <-ctx.Done():
-			prog.clear()
-			fmt.Fprintln(stderr, "spanprof: interrupted, writing what was recorded")
-			break loop
-		case <-alive.C:
+	var end time.Time
+	var cpuAfter map[int]cpuUse
+	err = p.Run(runCtx, pipeline.Hooks{
+		// What was read is kept when the reader ends.
+		EndWithSource: true,
+		Every:         250 * time.Millisecond,
+		Tick: func() bool {
 			if cmd == nil && len(f.pids) > 0 && !anyAlive(f.pids) {
 				prog.clear()
 				fmt.Fprintln(stderr, "spanprof: every target process exited")
-				break loop
+				return false
 			}
-			prog.show(nrec)
-		}
-	}
-	prog.clear()
-	end := time.Now()
-	cpuAfter := cpuTimes(f.pids)
-	if cmd != nil {
-		select {
-		case <-cmd.done:
-		default:
-			fmt.Fprintf(stderr, "spanprof: recording ended before %s (pid %d): stopping it\n", f.command[0], cmd.Pid())
-			cmd.Kill()
-		}
-	}
-	// Take everything the kernel wrote before the programs were detached,
-	// and the goroutine-wait sampler's last ticks.
-	if !p.Drain(10*time.Second, nil) {
+			prog.show(int(p.Handled()))
+			return true
+		},
+		Stopping: func() {
+			prog.clear()
+			switch cause := context.Cause(runCtx); {
+			case ctx.Err() != nil:
+				fmt.Fprintln(stderr, "spanprof: interrupted, writing what was recorded")
+			case errors.Is(cause, errCommandExited):
+				fmt.Fprintf(stderr, "spanprof: %s\n", cmd.Exited())
+			}
+			end = time.Now()
+			cpuAfter = cpuTimes(f.pids)
+			if cmd != nil {
+				select {
+				case <-cmd.done:
+				default:
+					fmt.Fprintf(stderr, "spanprof: recording ended before %s (pid %d): stopping it\n", f.command[0], cmd.Pid())
+					cmd.Kill()
+				}
+			}
+		},
+	})
+	// Run took everything the kernel wrote before the programs were
+	// detached, and the goroutine-wait sampler's last ticks.
+	if err != nil {
 		log.Warn("ring buffer not drained after 10s; writing what was read")
 	}
-	counters, err := p.Source.Counters()
-	if err != nil {
-		log.Warn("read counters", "error", err)
+	if left := p.WaitDebugFiles(ctx, f.debuginfodWait, func(n int) {
+		fmt.Fprintf(stderr, "spanprof: waiting for %d debug file(s) from debuginfod\n", n)
+	}); left > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d debug file(s) still being fetched after %v; their frames stay module+offset\n", left, f.debuginfodWait)
 	}
-	sym.prepare(ctx, c, stderr)
-	sym.JIT.Final()
-	prof := c.Build(end)
-	reportJIT(sym.JIT, log, stderr)
-	sym.report(log)
-	prof.Lost = lostCounts(counters)
-	goWaitLost(p, prof)
-	sym.reportUnnamed(stderr, profile.CountUnnamed(prof), len(debuginfod.URLsFromEnv()) > 0)
-	if n := totalLost(prof.Lost); n > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", n, prof.Lost)
+	prof := p.Build(end)
+	st := p.Stats()
+	if st.CountersErr != nil {
+		log.Warn("read counters", "error", st.CountersErr)
 	}
-	if n := tracker.Synthesized(); n > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d processes were gone before /proc could be read; their executable and loader were placed from the exec\n", n)
+	reportJIT(st, log, stderr)
+	reportSymbolization(sym, st, log)
+	u := prof.CountUnnamed()
+	reportUnnamed(stderr, sym, p.Fetches(), unnamedFrames{samples: u.Samples, binaries: len(u.Objects), names: u.String(),
+		functions: u.Functions, addresses: u.Addresses}, len(pipeline.DebuginfodURLs(nil)) > 0)
+	lost := totalLost(prof.Lost)
+	if lost > 0 {
+		fmt.Fprintf(stderr, "spanprof: %d samples lost: %v\n", lost, prof.Lost)
 	}
-	if n := tracker.Forked(); n > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d pids were taken by a fork after their process exited; samples after the fork were symbolized against the new process\n", n)
-	}
-	reportExitMaps(stderr, tracker.ExitStats(), counters)
-	if w, ok := p.Correlator.(interface{ Stats() correlate.Stats }); ok {
-		reportTraceContext(stderr, w.Stats())
-	}
-	st := c.Stats()
-	if n := st.CtxAttrsUnnamed + st.CtxAttrsMalformed + st.CtxAttrsCut; n > 0 {
-		fmt.Fprintf(stderr, "spanprof: thread-context attributes left out: %d unnamed by the process context's key map, %d samples with malformed attributes, %d samples past the bound on distinct attribute sets (their trace ids are kept)\n",
-			st.CtxAttrsUnnamed, st.CtxAttrsMalformed, st.CtxAttrsCut)
-	}
-	if st.ImagesMissing > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d %s no process image to be symbolized against; their user frames stay addresses\n", st.ImagesMissing, plural(int(st.ImagesMissing), "stack had", "stacks had"))
-	}
-	if st.StacksCut > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d %s cut short: the frame-pointer chain went through code built without frame pointers (spanprof check names such binaries)\n", st.StacksCut, plural(int(st.StacksCut), "user stack was", "user stacks were"))
-	}
-	if st.UnwindCFIFrames > 0 || st.UnwindWindowCut > 0 || st.UnwindNoInfo > 0 || st.UnwindBadRule > 0 || st.UnwindBelowWindow > 0 || st.UnwindLinkFrames > 0 || st.UnwindBadLink > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers, %d in JIT code by its instructions or frame links; stacks cut: %d by the stack window (%d windows sized, %d widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated, %d at JIT frame links that failed their checks\n",
-			st.UnwindCFIFrames, st.Samples, st.UnwindLinkFrames, st.UnwindWindowCut, st.WindowsSized, st.WindowsWidened, st.UnwindBelowWindow, st.UnwindNoInfo, st.UnwindBadRule, st.UnwindBadLink)
-	}
-	if st.PreExec > 0 {
-		fmt.Fprintf(stderr, "spanprof: %d %s taken while a process was starting a new program (exec); %d were named after the program it ran before\n",
-			st.PreExec, plural(int(st.PreExec), "sample was", "samples were"), st.PreExecAttributed)
-	}
+	reportStats(stderr, st)
 	if len(prof.Samples) == 0 {
 		if cmd != nil && cmd.cmd.ProcessState != nil && !cpuAfter[cmd.Pid()].ok {
 			// Exited and reaped: its own rusage tells its CPU time.
 			ps := cmd.cmd.ProcessState
 			cpuAfter[cmd.Pid()] = cpuUse{cpu: cpuBefore[cmd.Pid()].cpu + ps.UserTime() + ps.SystemTime(), ok: true}
 		}
-		return nothingRecorded(f.pids, cpuBefore, cpuAfter, end.Sub(start), f.offCPU, totalLost(prof.Lost))
+		return nothingRecorded(f.pids, cpuBefore, cpuAfter, end.Sub(start), f.offCPU, lost)
 	}
 	switch f.output {
 	case "":
@@ -402,30 +364,6 @@ func anyAlive(pids []int) bool {
 	return false
 }
 
-// reportExitMaps says what the mappings captured at exits added, and what
-// they could not (docs/reliability.md, process churn).
-func reportExitMaps(w io.Writer, st proc.ExitStats, counters map[string]uint64) {
-	if st.Processes > 0 {
-		fmt.Fprintf(w, "spanprof: %d exited processes got %d mappings (libraries, vDSO) from their exit\n", st.Processes, st.Mappings)
-	}
-	missed, dropped, untracked := counters["exit_maps_missed"], counters["exit_vmas_dropped"], counters["exit_maps_untracked"]
-	if st.NoFile > 0 || missed+dropped+untracked > 0 {
-		fmt.Fprintf(w, "spanprof: mappings of exited processes left out: %d exits not captured, %d mappings not in a capture, %d processes not tracked, %d files not found by their inode\n",
-			missed, dropped, untracked, st.NoFile)
-	}
-}
-
-// lostCounts keeps the counters that are losses, for the profile.
-func lostCounts(c map[string]uint64) map[string]uint64 {
-	out := map[string]uint64{}
-	for k, v := range c {
-		if strings.HasPrefix(k, "lost_") && v > 0 {
-			out[strings.TrimPrefix(k, "lost_")] = v
-		}
-	}
-	return out
-}
-
 func totalLost(m map[string]uint64) uint64 {
 	var n uint64
 	for _, v := range m {
@@ -439,23 +377,4 @@ func outputName(path string) string {
 		return "stdout"
 	}
 	return path
-}
-
-// reportTraceContext tells what the trace-context watcher found after
-// the processes' start: libraries loaded late, process contexts
-// republished, and what it could not read. Silent when none of it
-// happened.
-func reportTraceContext(w io.Writer, s correlate.Stats) {
-	if s.LinkEvents > 0 || s.LoaderAttachErrors > 0 {
-		fmt.Fprintf(w, "spanprof: trace context: %d library loads or unloads seen (%d before a first inspection), %d inspections after them found %d new context sources (%d failed); %d dynamic loaders watched, %d could not be (late loads in their processes not seen)\n",
-			s.LinkEvents, s.LinkEventsEarly, s.LinkRescans, s.LinkFound, s.LinkScanErrors, s.LoadersAttached, s.LoaderAttachErrors)
-	}
-	if s.ContextUpdates > 0 || s.ContextCheckErrors > 0 {
-		fmt.Fprintf(w, "spanprof: trace context: %d process-context updates read again (of %d checks, %d unreadable)\n",
-			s.ContextUpdates, s.ContextChecks, s.ContextCheckErrors)
-	}
-	if s.ScanErrors > 0 || s.ScansDropped > 0 {
-		fmt.Fprintf(w, "spanprof: trace context: %d of %d process inspections failed (most often the process was gone), %d not queued (queue full)\n",
-			s.ScanErrors, s.Scanned, s.ScansDropped)
-	}
 }

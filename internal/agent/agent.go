@@ -6,21 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/spanprof/spanprof/internal/collect"
-	"github.com/spanprof/spanprof/internal/correlate"
-	"github.com/spanprof/spanprof/internal/jit"
 	"github.com/spanprof/spanprof/internal/pipeline"
-	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/profile"
-	"github.com/spanprof/spanprof/internal/sampler"
-	"github.com/spanprof/spanprof/internal/symbolize"
 )
 
 // AttrHostName is the resource attribute naming the host a process ran on.
@@ -37,31 +29,22 @@ type Options struct {
 }
 
 // Agent samples continuously and exports one profile per report interval.
+// The pipeline runs the loop (pipeline.Pipeline.Run); the agent's part is
+// the report at each tick, the export, and the metrics.
 type Agent struct {
 	cfg       Config
 	p         *pipeline.Pipeline
-	src       pipeline.Source
 	log       *slog.Logger
 	reg       *prometheus.Registry
 	m         *Metrics
-	tracker   *proc.Tracker
-	collector *collect.Collector
-	corr      pipeline.Correlator
-	jit       *jit.Maps
-	sym       *symbolize.Symbolizer
 	exporters []*Exporter
 	// unnamedSaid is set once the unnamed frames were reported.
 	unnamedSaid bool
-	symMode     symbolize.Mode
 	// debuginfodSet: debuginfod servers are configured (used or not).
 	debuginfodSet bool
 	hostName      string
 	now           func() time.Time
-	execs         map[string]bool
-	match         map[uint32]bool // pid → wanted, for the executable filter
 	stopping      atomic.Bool
-	// retained is how many processes the last report left tracked.
-	retained atomic.Int64
 	// metricsAddr is where /metrics listens once Run started.
 	metricsAddr atomic.Pointer[string]
 }
@@ -102,118 +85,22 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 		reg = opts.Registry
 	}
 	a := &Agent{
-		cfg:       cfg,
-		p:         p,
-		src:       p.Source,
-		log:       log,
-		reg:       opts.Registry,
-		m:         NewMetrics(reg),
-		tracker:   p.Tracker,
-		collector: p.Collector,
-		corr:      p.Correlator,
-		jit:       p.Symbols.JIT,
-		sym:       p.Symbols.Symbolizer,
-		symMode:   p.Symbols.Mode,
+		cfg: cfg,
+		p:   p,
+		log: log,
+		reg: opts.Registry,
+		m:   NewMetrics(reg),
 		// Configured servers, used or not (mode local does not).
-		debuginfodSet: len(cfg.Symbolization.debuginfodURLs()) > 0,
+		debuginfodSet: len(pipeline.DebuginfodURLs(cfg.Symbolization.DebuginfodURLs)) > 0,
 		hostName:      host,
 		now:           opts.Now,
-		match:         map[uint32]bool{},
 	}
-	if p.Symbols.Mode == symbolize.ModeFull && p.Symbols.Debuginfod == nil {
+	if p.Symbolization().Mode == pipeline.ModeFull && !p.Fetches() {
 		log.Warn("symbolization mode full without debuginfod URLs: local debug files only")
 	}
 	if reg != nil {
-		registerSymbols(reg, p.Symbols)
-		registerUnwindTables(reg, p.Tables)
-		if p.GoWait != nil {
-			RegisterGoWaitStats(reg, p.GoWait.Stats)
-		}
-	}
-	if len(cfg.Processes.Executables) > 0 {
-		a.execs = map[string]bool{}
-		for _, e := range cfg.Processes.Executables {
-			a.execs[e] = true
-		}
-	}
-	if reg != nil {
-		reg.MustRegister(
-			newCounterCollector(p.Source.Counters),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "spanprof_processes_tracked",
-				Help: "Processes whose mappings the agent holds.",
-			}, func() float64 { return float64(a.tracker.Len()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "spanprof_processes_retained",
-				Help: "Processes still tracked after the last report dropped the exited ones: the floor under spanprof_processes_tracked, which climbs between reports with every process that starts.",
-			}, func() float64 { return float64(a.retained.Load()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_samples_collected_total",
-				Help: "Samples that reached the collector from the sampler.",
-			}, func() float64 { return float64(a.collector.Stats().Samples) }),
-			attrsDropped("unnamed", func() uint64 { return a.collector.Stats().CtxAttrsUnnamed }),
-			attrsDropped("malformed", func() uint64 { return a.collector.Stats().CtxAttrsMalformed }),
-			attrsDropped("cardinality", func() uint64 { return a.collector.Stats().CtxAttrsCut }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_user_stacks_cut_total",
-				Help: "Samples whose user stack ended at a return address in no code mapping: the frame-pointer chain went through code built without frame pointers, and the rest was not a stack.",
-			}, func() float64 { return float64(a.collector.Stats().StacksCut) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_unwind_cfi_frames_total",
-				Help: "User frames found by their CFA rules (.eh_frame, .debug_frame, Go tables) in the stack window, where the frame-pointer walk skipped or invented callers.",
-			}, func() float64 { return float64(a.collector.Stats().UnwindCFIFrames) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_unwind_window_cut_total",
-				Help: "User stacks cut because a frame lay beyond the stack window the kernel copied; the process's window is widened for the next samples (spanprof_stack_windows_widened_total).",
-			}, func() float64 { return float64(a.collector.Stats().UnwindWindowCut) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_unwind_below_window_total",
-				Help: "User stacks deeper than the stack window that end at frameless code (usually the C library's frames under main or start_thread) below frames the kernel walked beyond the window.",
-			}, func() float64 { return float64(a.collector.Stats().UnwindBelowWindow) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_unwind_no_info_total",
-				Help: "User stacks ending at an address with no unwind rule whose frame pointer the kernel did not walk from: code without .eh_frame or frame pointers.",
-			}, func() float64 { return float64(a.collector.Stats().UnwindNoInfo) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_unwind_bad_rule_total",
-				Help: "User stacks ending at a CFA rule the unwinder cannot evaluate (a DWARF expression, the frame pointer in another register).",
-			}, func() float64 { return float64(a.collector.Stats().UnwindBadRule) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_unwind_link_frames_total",
-				Help: "User frames found by following the frame pointer of JIT code (CPython's perf trampolines, compiled Java methods) off the kernel's frame-pointer chain.",
-			}, func() float64 { return float64(a.collector.Stats().UnwindLinkFrames) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_unwind_bad_link_total",
-				Help: "User stacks ending at JIT code whose frame pointer was not a frame link (below the stack pointer, misaligned, or its return address into no code).",
-			}, func() float64 { return float64(a.collector.Stats().UnwindBadLink) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_stack_windows_widened_total",
-				Help: "Times a process's stack window was widened after the window cut one of its stacks.",
-			}, func() float64 { return float64(a.collector.Stats().WindowsWidened) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_stack_windows_sized_total",
-				Help: "Processes whose stack window was sized from what the walks of their first second of samples needed (copied with the widest window until then).",
-			}, func() float64 { return float64(a.collector.Stats().WindowsSized) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_stack_windows_unset_total",
-				Help: "Stack window sizes the kernel's map did not take (full): those processes keep the window they had, the widest for a process never sized.",
-			}, func() float64 { return float64(a.collector.Stats().WindowsUnset) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_pids_reused_by_fork_total",
-				Help: "Pids taken by a new process (its fork event) after the pid's process exited; samples after the fork were symbolized against the new process.",
-			}, func() float64 { return float64(a.tracker.Forked()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_pre_exec_samples_total",
-				Help: "Samples taken inside an exec, before the new image's registers were set, that were symbolized against the image before the exec (the process as read before it, else its parent's, which a posix_spawn child runs in).",
-			}, func() float64 { return float64(a.collector.Stats().PreExecAttributed) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "spanprof_images_missing_total",
-				Help: "Stacks whose process image was not there to symbolize them against at the report (never expected: each kept sample holds its image); their user frames stay addresses.",
-			}, func() float64 { return float64(a.collector.Stats().ImagesMissing) }),
-		)
-	}
-	if st, ok := p.Correlator.(interface{ Stats() correlate.Stats }); ok && reg != nil {
-		registerCorrelatorStats(reg, st.Stats)
+		// Every metric read from the pipeline, one snapshot per scrape.
+		reg.MustRegister(newStatsCollector(p.Stats))
 	}
 	for _, ep := range cfg.Export.Endpoints {
 		e, err := NewExporter(ep, cfg.Export, a.m, log)
@@ -228,7 +115,7 @@ func New(cfg Config, p *pipeline.Pipeline, opts Options) (*Agent, error) {
 
 // AttachesJVMs reports whether the agent asks JVMs for their perf maps,
 // which needs the capabilities of cmd/spanprof's jvmAttachCapabilities.
-func (a *Agent) AttachesJVMs() bool { return a.jit.JVMs != nil }
+func (a *Agent) AttachesJVMs() bool { return a.p.AttachesJVMs() }
 
 func (a *Agent) closeExporters() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -253,29 +140,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent started", "frequency", a.cfg.Frequency, "off_cpu", a.cfg.OffCPU, "endpoints", a.cfg.Export.Endpoints,
 		"report_interval", a.cfg.Export.ReportInterval, "host", a.hostName)
-	ticker := time.NewTicker(a.cfg.Export.ReportInterval)
-	defer ticker.Stop()
-	stopJIT := a.jit.Start()
-	defer stopJIT()
-	events, goWaits := a.src.Events(), a.p.GoroutineWaits()
-	for ctx.Err() == nil {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			a.handle(e)
-		case b := <-goWaits:
-			a.p.HandleBatch(b, a.handle)
-		case <-ticker.C:
-			a.report()
-		case <-ctx.Done():
-		}
-	}
-	a.stopping.Store(true)
-	a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
-	if !a.p.Drain(10*time.Second, a.handle) {
+	err := a.p.Run(ctx, pipeline.Hooks{
+		Every: a.cfg.Export.ReportInterval,
+		Tick:  func() bool { a.report(); return true },
+		Stopping: func() {
+			a.stopping.Store(true)
+			a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
+		},
+	})
+	if err != nil {
 		a.log.Warn("sampler not drained after 10s; reporting what was read")
 	}
 	a.report()
@@ -286,7 +159,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, e := range a.exporters {
 		go func() { errs <- e.Shutdown(flushCtx) }()
 	}
-	var err error
+	err = nil
 	for range a.exporters {
 		err = errors.Join(err, <-errs)
 	}
@@ -295,40 +168,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("flush at shutdown: %w", err)
 	}
 	return nil
-}
-
-// handle takes the next event of the stream.
-func (a *Agent) handle(e sampler.Event) {
-	switch {
-	case e.Sample != nil:
-		if a.execs != nil && !a.wanted(e.Sample.PID) {
-			a.m.filtered.Inc()
-			return
-		}
-	case e.Proc != nil && !e.Proc.LinkMap:
-		delete(a.match, e.Proc.PID) // an exec may change the executable
-	}
-	a.p.Handle(e)
-}
-
-// wanted applies the process selection in user space: the kernel filter
-// knows only PIDs, so naming executables means sampling everything.
-func (a *Agent) wanted(pid uint32) bool {
-	if ok, seen := a.match[pid]; seen {
-		return ok
-	}
-	ok := false
-	for _, p := range a.cfg.Processes.PIDs {
-		if uint32(p) == pid {
-			ok = true
-		}
-	}
-	if !ok {
-		p := a.tracker.Get(pid)
-		ok = a.execs[filepath.Base(p.Exe)] || (p.Exe == "" && a.execs[p.Comm])
-	}
-	a.match[pid] = ok
-	return ok
 }
 
 // exitGrace is how long an exited process stays known after its exit
@@ -349,24 +188,9 @@ const exitGrace = time.Second
 func (a *Agent) report() {
 	t0 := time.Now()
 	agg := profile.NewAggregator()
-	// A JVM whose samples land in JIT code its map does not cover is
-	// asked once per report (jit.Maps.Round).
-	a.jit.Round()
-	prof := a.collector.Emit(a.now(), agg.Add)
-	// The report is symbolized: DWARF section data loaded for it goes
-	// (the tables built from it stay), and so do the symbol and unwind
-	// tables of binaries not seen for a while.
-	a.sym.Trim()
-	a.collector.Trim()
+	prof := a.p.Emit(a.now(), agg.Add)
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
-	forget := t0.Add(-exitGrace)
-	a.tracker.ForgetExited(forget)
-	a.jit.ForgetExited(forget)
-	a.retained.Store(int64(a.tracker.Len()))
-	if a.corr != nil {
-		a.corr.ForgetExited(forget)
-	}
-	clear(a.match)
+	a.p.ForgetExited(t0.Add(-exitGrace))
 	n := agg.Samples()
 	if n == 0 {
 		a.log.Debug("nothing sampled this interval")
@@ -405,15 +229,10 @@ func (a *Agent) stampHost(p *profile.Profile) {
 
 // logTotals says at exit where every sample went.
 func (a *Agent) logTotals() {
-	args := []any{"samples_collected", a.collector.Stats().Samples}
-	if c, err := a.src.Counters(); err == nil {
-		var lost uint64
-		for k, v := range c {
-			if strings.HasPrefix(k, "lost_") {
-				lost += v
-			}
-		}
-		args = append(args, "samples_taken", c["samples"], "samples_lost", lost)
+	st := a.p.Stats()
+	args := []any{"samples_collected", st.Collector.Samples}
+	if st.CountersErr == nil {
+		args = append(args, "samples_taken", st.Counters["samples"], "samples_lost", st.Lost())
 	}
 	for _, e := range a.exporters {
 		st := e.Stats()
@@ -433,7 +252,8 @@ func (a *Agent) healthy() error {
 // frames of binaries stayed unnamed for want of symbols or debug info,
 // and what would name them.
 func (a *Agent) reportUnnamed(agg *profile.Aggregate) {
-	if a.unnamedSaid || a.symMode == symbolize.ModeNone {
+	mode := a.p.Symbolization().Mode
+	if a.unnamedSaid || mode == pipeline.ModeNone {
 		return
 	}
 	u := agg.CountUnnamedFrames()
@@ -443,24 +263,11 @@ func (a *Agent) reportUnnamed(agg *profile.Aggregate) {
 	a.unnamedSaid = true
 	hint := "set DEBUGINFOD_URLS (or symbolization.debuginfod_urls) to fetch their debug files, or install them"
 	switch {
-	case a.symMode == symbolize.ModeFull:
+	case mode == pipeline.ModeFull:
 		hint = "neither the debug directories nor debuginfod had their debug files"
 	case a.debuginfodSet:
 		hint = "symbolization mode local does not ask the configured debuginfod servers"
 	}
 	a.log.Warn("frames left unnamed for want of symbols or debug info (said once)", "binaries", len(u.Objects), "examples", u.String(),
 		"functions_named_by_start", u.Functions, "addresses_in_no_function", u.Addresses, "hint", hint)
-}
-
-// attrsDropped is the counter of thread-context attributes left out of
-// the profile for one reason: unnamed (attributes whose key the process
-// context's key map does not name), malformed (samples whose attributes
-// did not parse), cardinality (samples past the bound on distinct
-// attribute sets per report). The samples keep their trace ids.
-func attrsDropped(reason string, f func() uint64) prometheus.Collector {
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name:        "spanprof_context_attributes_dropped_total",
-		Help:        "Thread-context attributes (unnamed) or samples' attribute sets (malformed, cardinality) left out of the profile; the samples keep their trace ids.",
-		ConstLabels: prometheus.Labels{"reason": reason},
-	}, func() float64 { return float64(f()) })
 }

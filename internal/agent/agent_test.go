@@ -273,7 +273,9 @@ func TestAgentKeepsAnExitedProcessForLaterSamples(t *testing.T) {
 	src := newFakeSource()
 	cfg := testConfig(col.addr)
 	cfg.MetricsListen = ""
-	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Kernel: noKernel{}}, nil), Options{})
+	tracker := proc.NewTracker("/proc", nil)
+	defer tracker.Close()
+	a, err := New(cfg, testPipeline(t, cfg, src, pipeline.Parts{Tracker: tracker, Kernel: noKernel{}}, nil), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,22 +285,22 @@ func TestAgentKeepsAnExitedProcessForLaterSamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := uint32(child.Process.Pid)
-	a.handle(sampler.Event{Sample: testRecord(pid, time.Now())})
-	exe := a.tracker.Get(pid).Exe
+	a.p.Handle(sampler.Event{Sample: testRecord(pid, time.Now())})
+	exe := tracker.Get(pid).Exe
 	if !strings.HasSuffix(exe, "sleep") {
 		t.Fatalf("tracker read pid %d as %q, want sleep", pid, exe)
 	}
 	_ = child.Process.Kill()
 	_ = child.Wait()
-	a.handle(sampler.Event{Proc: &sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()}})
+	a.p.Handle(sampler.Event{Proc: &sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()}})
 	a.report()
-	a.handle(sampler.Event{Sample: testRecord(pid, time.Now())}) // a thread's, after the exit
-	if got := a.tracker.Get(pid).Exe; got != exe {
+	a.p.Handle(sampler.Event{Sample: testRecord(pid, time.Now())}) // a thread's, after the exit
+	if got := tracker.Get(pid).Exe; got != exe {
 		t.Errorf("after a report right after its exit, pid %d reads as %q, want the process that exited (%q)", pid, got, exe)
 	}
 	time.Sleep(exitGrace + 100*time.Millisecond)
 	a.report()
-	if n := a.tracker.Len(); n != 0 {
+	if n := tracker.Len(); n != 0 {
 		t.Errorf("a report a grace after the exit left %d processes tracked, want none", n)
 	}
 }
@@ -339,7 +341,7 @@ func TestAgentExecutableFilter(t *testing.T) {
 	if total != 10 {
 		t.Errorf("exported %d samples, want the 10 of the named executable", total)
 	}
-	if v := value(t, a.m.filtered); v != 10 {
+	if v := a.p.Stats().Filtered; v != 10 {
 		t.Errorf("filtered samples = %v, want 10", v)
 	}
 }

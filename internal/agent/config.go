@@ -8,8 +8,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/spanprof/spanprof/internal/gowait"
-	"github.com/spanprof/spanprof/internal/symbolize"
 	"io"
 	"net"
 	"os"
@@ -19,7 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/spanprof/spanprof/internal/sampler"
+	"github.com/spanprof/spanprof/internal/pipeline"
 )
 
 // Config is everything the agent can be told, from the YAML file, SPANPROF_*
@@ -175,8 +173,8 @@ type Memory struct {
 func Default() Config {
 	return Config{
 		Frequency:       19,
-		GoWaitFrequency: gowait.DefaultFrequency,
-		OffCPUThreshold: sampler.DefaultOffCPUThreshold,
+		GoWaitFrequency: pipeline.DefaultGoWaitFrequency,
+		OffCPUThreshold: pipeline.DefaultOffCPUThreshold,
 		Export: Export{
 			Endpoints:       []string{"localhost:4317"},
 			Compression:     "gzip",
@@ -218,26 +216,11 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // Validate checks cfg and returns the first problem as a user-facing error.
 func (c *Config) Validate() error {
-	if c.Frequency < 1 || c.Frequency > 100000 {
-		return fmt.Errorf("frequency %d out of range 1..100000", c.Frequency)
-	}
-	if c.Memory.GCPercent < 10 || c.Memory.GCPercent > 1000 {
-		return fmt.Errorf("memory gc_percent %d out of range 10..1000", c.Memory.GCPercent)
-	}
-	if c.Symbolization.CacheMiB < 1 {
-		return fmt.Errorf("symbolization cache_mib %d: want at least 1", c.Symbolization.CacheMiB)
-	}
-	if r := c.Memory.RingMiB; r < 2 || r&(r-1) != 0 || r > 1024 {
-		return fmt.Errorf("memory ring_mib %d: want a power of two from 2 to 1024", r)
-	}
-	if c.Memory.LimitMiB < 0 {
-		return fmt.Errorf("memory limit_mib %d is negative", c.Memory.LimitMiB)
-	}
-	if c.GoWaitFrequency < 0 || c.GoWaitFrequency > 1000 {
-		return fmt.Errorf("go_wait_frequency %d out of range 0..1000", c.GoWaitFrequency)
-	}
-	if c.OffCPUThreshold <= 0 || c.OffCPUThreshold > sampler.MaxOffCPUThreshold {
-		return fmt.Errorf("off-CPU threshold %v out of range 1ns..%v", c.OffCPUThreshold, sampler.MaxOffCPUThreshold)
+	// The ranges of what the kernel, the symbolizer and the runtime
+	// take, as record's flags are checked.
+	pc := c.pipeline(pipeline.Symbolization{}, nil)
+	if err := pc.Validate(); err != nil {
+		return pipeline.Rename(err, fieldNames)
 	}
 	for _, pid := range c.Processes.PIDs {
 		if pid <= 0 {
@@ -252,7 +235,7 @@ func (c *Config) Validate() error {
 	if err := c.Export.validate(); err != nil {
 		return err
 	}
-	if _, err := symbolize.ParseMode(c.Symbolization.Mode); err != nil {
+	if _, err := pipeline.ResolveMode(c.Symbolization.Mode, false); err != nil {
 		return fmt.Errorf("symbolization mode %q: want local, none or full", c.Symbolization.Mode)
 	}
 	for _, u := range c.Symbolization.DebuginfodURLs {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spanprof/spanprof/internal/pipeline"
 )
 
 // TestExporterOutageLogBounded: while the collector is down, the outage
@@ -100,7 +102,7 @@ func TestCounterHelpListsReasons(t *testing.T) {
 	counters := map[string]uint64{"samples": 9, "offcpu_samples": 4, "lost_ringbuf_full": 1, "lost_decode": 0,
 		"user_stack_error": 2, "exit_vmas_dropped": 0}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCounterCollector(func() (map[string]uint64, error) { return counters, nil }))
+	reg.MustRegister(newStatsCollector(func() pipeline.Stats { return pipeline.Stats{Counters: counters} }))
 	text := gatherText(t, reg)
 	for _, w := range []string{
 		"# HELP spanprof_samples_lost_total Samples that never reached a profile, by reason (decode, ringbuf_full).",

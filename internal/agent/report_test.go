@@ -65,10 +65,10 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	rs := reportRecords(time.Unix(1700000000, 0))
 	ref := collect.New(collect.Options{Frequency: cfg.Frequency, Tracker: tracker, Kernel: noKernel{}})
 	for _, r := range rs {
-		a.handle(sampler.Event{Sample: r})
+		a.p.Handle(sampler.Event{Sample: r})
 		ref.Add(r)
 	}
-	a.p.HandleBatch(goWait, a.handle)
+	a.p.HandleBatch(goWait)
 	for i := range goWait {
 		ref.Add(&goWait[i])
 	}

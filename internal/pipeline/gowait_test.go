@@ -29,7 +29,7 @@ func goBinary() (string, error) {
 // entry functions with the pipeline's symbolizer, so that the command's
 // bounds cover it, and leaves the process table to the consumer: after a
 // tick the symbolizer holds the Go binary, the tracker nothing. Its
-// records reach the collector only through the consumer (GoroutineWaits,
+// records reach the collector only through the consumer (goroutineWaits,
 // HandleBatch), whose tracker then reads the process, and whose
 // collector names the parked goroutines' frames and keeps the runtime's
 // wait reasons.
@@ -50,40 +50,40 @@ func TestGoWaitRecordsGoThroughTheConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.GoWait == nil {
+	if p.goWait == nil {
 		t.Fatal("no goroutine-wait sampler with off-CPU and a frequency")
 	}
-	if err := p.GoWait.Add(uint32(pid)); err != nil {
+	if err := p.goWait.Add(uint32(pid)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the workers park in their spans
-	p.GoWait.SampleOnce(time.Now())
-	if st := p.GoWait.Stats(); st.Waiting == 0 {
+	p.goWait.SampleOnce(time.Now())
+	if st := p.goWait.Stats(); st.Waiting == 0 {
 		t.Fatalf("no parked goroutine read: %+v", st)
 	}
-	if n := p.Tracker.Len(); n != 0 {
+	if n := p.tracker.Len(); n != 0 {
 		t.Errorf("the pipeline's tracker holds %d processes before the consumer took the tick: the sampler changed the table", n)
 	}
-	if st := p.Symbols.Symbolizer.Stats(); st.Parsed == 0 {
+	if st := p.symbols.Symbolizer.Stats(); st.Parsed == 0 {
 		t.Errorf("the pipeline's symbolizer parsed nothing: the sampler used another")
 	}
-	if n := p.Collector.Stats().Samples; n != 0 {
+	if n := p.collector.Stats().Samples; n != 0 {
 		t.Fatalf("collector holds %d samples before the consumer took the tick, want none", n)
 	}
 	var batch []sampler.Record
 	select {
-	case batch = <-p.GoroutineWaits():
+	case batch = <-p.goroutineWaits():
 	default:
 		t.Fatal("the tick delivered no batch")
 	}
-	p.HandleBatch(batch, nil)
-	if n := p.Collector.Stats().Samples; n != uint64(len(batch)) || n == 0 {
+	p.HandleBatch(batch)
+	if n := p.collector.Stats().Samples; n != uint64(len(batch)) || n == 0 {
 		t.Fatalf("collector holds %d samples, want the batch's %d", n, len(batch))
 	}
-	if p.Tracker.Len() == 0 {
+	if p.tracker.Len() == 0 {
 		t.Errorf("the consumer's tracker holds no process after the batch")
 	}
-	prof := p.Collector.Build(time.Now())
+	prof := p.collector.Build(time.Now())
 	named := 0
 	for _, s := range prof.Samples {
 		if s.Kind != profile.OffCPU || s.PID != uint32(pid) || s.State != "S" || s.ThreadName != "goroutine" || s.Reason == "" {
@@ -131,16 +131,16 @@ func TestOpenSamplesABusyChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if !p.Drain(10*time.Second, nil) {
+	if !p.drain(10 * time.Second) {
 		t.Fatal("sampler not drained after 10s")
 	}
-	prof := p.Collector.Build(time.Now())
+	prof := p.collector.Build(time.Now())
 	for _, s := range prof.Samples {
 		if s.PID != pid {
 			t.Fatalf("sample of pid %d: the filter names only %d", s.PID, pid)
 		}
 	}
-	c, err := p.Source.Counters()
+	c, err := p.source.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}

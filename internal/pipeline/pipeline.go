@@ -6,15 +6,20 @@
 // budget, so that what one command fixes or bounds the other has too.
 //
 // Two producers feed the one consumer: the kernel's ordered stream
-// (Source.Events) and the goroutine-wait sampler's ticks
-// (GoroutineWaits). The consumer hands both to Handle, so every sample is
-// symbolized, described and exported by the collector alike.
+// (Source.Events) and the goroutine-wait sampler's ticks. The consumer is
+// the pipeline's own loop (Run), which hands both to Handle, so every
+// sample is symbolized, described and exported by the collector alike;
+// a command adds what differs through Hooks (when to stop, a report or a
+// progress line at each tick) and reads one snapshot of every stage's
+// counters (Stats).
 package pipeline
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/spanprof/spanprof/internal/collect"
@@ -69,11 +74,13 @@ type Config struct {
 	// inspected for trace context before the first sample and, with
 	// GoWaitFrequency, their goroutines sampled.
 	PIDs []int
-	// SelectInUserSpace samples every process in the kernel although PIDs
-	// are named: the command selects further by what only user space
-	// knows (the agent's executable names).
-	SelectInUserSpace bool
-	OffCPU            sampler.OffCPUOptions
+	// Executables, when named, select processes in user space by their
+	// executable's base name (or, failing that, their command name) beside
+	// PIDs: the kernel then samples every process, since it knows only
+	// pids, and the pipeline drops the samples of the others (counted,
+	// Stats.Filtered).
+	Executables []string
+	OffCPU      OffCPUOptions
 	// GoWaitFrequency samples parked goroutines of Go processes, with
 	// OffCPU on; 0 turns it off.
 	GoWaitFrequency int
@@ -93,18 +100,20 @@ type Parts struct {
 }
 
 // Pipeline is one tracker, symbolization, collector, trace-context
-// watcher and goroutine-wait sampler over one source.
+// watcher and goroutine-wait sampler over one source. Its parts are its
+// own: a command runs it (Run), reads its counters (Stats) and takes its
+// profiles (Emit, Build).
 type Pipeline struct {
-	Source     Source
-	Tracker    *proc.Tracker
-	Correlator Correlator // nil when trace context is not read
-	Symbols    *Symbols
-	// Tables are the unwind tables of the leaf fixer and the cgo
+	source     Source
+	tracker    *proc.Tracker
+	correlator Correlator // nil when trace context is not read
+	symbols    *Symbols
+	// tables are the unwind tables of the leaf fixer and the cgo
 	// callback unwinder, bounded by the budget's UnwindBytes.
-	Tables    *unwind.Cache
-	Collector *collect.Collector
-	// GoWait samples parked goroutines; nil when off.
-	GoWait *gowait.Sampler
+	tables    *unwind.Cache
+	collector *collect.Collector
+	// goWait samples parked goroutines; nil when off.
+	goWait *gowait.Sampler
 
 	cfg Config
 	log *slog.Logger
@@ -115,6 +124,15 @@ type Pipeline struct {
 	// goWaitDone is closed when the goroutine-wait sampler stopped.
 	goWaitDone chan struct{}
 	stopGoWait context.CancelFunc
+	// The executable filter (Config.Executables): nil when off; match
+	// caches its answer per pid until the pid's next process event or
+	// the next ForgetExited. Both belong to the loop's goroutine.
+	execs map[string]bool
+	match map[uint32]bool
+	// handled and filtered count the samples Handle took and dropped;
+	// retained is how many processes the last ForgetExited left tracked.
+	handled, filtered atomic.Uint64
+	retained          atomic.Int64
 }
 
 // Open loads the sampler programs and builds the pipeline on them; Start
@@ -123,8 +141,8 @@ func Open(cfg Config) (*Pipeline, error) {
 	log := logger(cfg.Logger)
 	tracker := proc.NewTracker("/proc", log)
 	pids := cfg.PIDs
-	if cfg.SelectInUserSpace {
-		pids = nil
+	if len(cfg.Executables) > 0 {
+		pids = nil // selected in user space (wanted)
 	}
 	s, err := sampler.New(sampler.Options{
 		Frequency: cfg.Frequency, PIDs: pids, Logger: log,
@@ -173,23 +191,29 @@ func newProcessWindow() uint32 {
 // tests call it on a fake source.
 func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	log := logger(cfg.Logger)
-	p := &Pipeline{Source: src, Tracker: parts.Tracker, Correlator: parts.Correlator, cfg: cfg, log: log}
-	if p.Tracker == nil {
-		p.Tracker = proc.NewTracker("/proc", log)
-		p.closers = append(p.closers, p.Tracker.Close)
+	p := &Pipeline{source: src, tracker: parts.Tracker, correlator: parts.Correlator, cfg: cfg, log: log}
+	if p.tracker == nil {
+		p.tracker = proc.NewTracker("/proc", log)
+		p.closers = append(p.closers, p.tracker.Close)
+	}
+	if len(cfg.Executables) > 0 {
+		p.execs, p.match = map[string]bool{}, map[uint32]bool{}
+		for _, e := range cfg.Executables {
+			p.execs[e] = true
+		}
 	}
 	sym, err := NewSymbols(cfg.Symbolization, cfg.Budget, log)
 	if err != nil {
 		p.Close()
 		return nil, err
 	}
-	p.Symbols = sym
+	p.symbols = sym
 	// The collector's leaf recovery and the unwinder of cgo callbacks
 	// read the same binaries: one set of tables, whose Go pclntabs are
 	// the symbolizer's.
 	tables := unwind.NewCache(log, unwind.CacheOptions{Pclntabs: sym.Symbolizer.Pclntabs(), MaxBytes: cfg.Budget.UnwindBytes()})
-	p.Tables = tables
-	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.Tracker, Logger: log,
+	p.tables = tables
+	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.tracker, Logger: log,
 		Symbolizer: sym.Symbolizer, Mode: sym.Mode, PerfMaps: sym.JIT.Cache,
 		Leaf: &collect.CFILeafFixer{Tables: tables}}
 	if parts.Kernel != nil {
@@ -219,7 +243,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	}); ok && opts.StackWindow != nil {
 		opts.ExeWindow = w.SetExeWindow
 	}
-	p.Collector = collect.New(opts)
+	p.collector = collect.New(opts)
 	if cfg.OffCPU.Enabled && cfg.GoWaitFrequency > 0 {
 		// Goroutine waits park no thread: sample them from outside. Its
 		// records reach the collector through the consumer
@@ -227,7 +251,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 		// whose cache the budget bounds and unwinds cgo callbacks with the
 		// same tables, where private ones would keep every Go binary ever
 		// sampled, unbounded.
-		p.GoWait = gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log,
+		p.goWait = gowait.New(gowait.Options{Frequency: cfg.GoWaitFrequency, Logger: log,
 			Symbolizer: sym.Symbolizer, Tables: tables})
 	}
 	return p, nil
@@ -258,6 +282,9 @@ func (p *Pipeline) Start(ctx context.Context) error {
 		}
 	}
 	p.startGoWait(ctx)
+	// The JIT perf maps' schedule (asking JVMs for their maps), stopped
+	// by Close before the rest.
+	p.closers = append([]func(){p.symbols.JIT.Start()}, p.closers...)
 	stopWatch := make(chan struct{})
 	go p.watch.Run(stopWatch)
 	p.closers = append([]func(){func() { close(stopWatch) }}, p.closers...)
@@ -269,46 +296,43 @@ func (p *Pipeline) Start(ctx context.Context) error {
 }
 
 func (p *Pipeline) startGoWait(ctx context.Context) {
-	if p.GoWait == nil {
+	if p.goWait == nil {
 		return
 	}
 	for _, pid := range p.cfg.PIDs {
-		if err := p.GoWait.Add(uint32(pid)); err != nil {
+		if err := p.goWait.Add(uint32(pid)); err != nil {
 			p.log.Debug("no goroutine sampling", "pid", pid, "error", err)
 		}
 	}
 	gctx, cancel := context.WithCancel(ctx)
 	p.stopGoWait, p.goWaitDone = cancel, make(chan struct{})
 	if len(p.cfg.PIDs) == 0 {
-		go p.GoWait.Discover(gctx, 5*time.Second)
+		go p.goWait.Discover(gctx, 5*time.Second)
 	}
-	go func() { defer close(p.goWaitDone); p.GoWait.Run(gctx) }()
+	go func() { defer close(p.goWaitDone); p.goWait.Run(gctx) }()
 }
 
-// GoroutineWaits delivers the goroutine-wait sampler's records, a batch
-// per tick, for the consumer of Source.Events to hand to HandleBatch; nil,
-// a channel never ready, when the sampler is off.
-func (p *Pipeline) GoroutineWaits() <-chan []sampler.Record {
-	if p.GoWait == nil {
+// goroutineWaits delivers the goroutine-wait sampler's records, a batch
+// per tick, for the loop to hand to HandleBatch; nil, a channel never
+// ready, when the sampler is off.
+func (p *Pipeline) goroutineWaits() <-chan []sampler.Record {
+	if p.goWait == nil {
 		return nil
 	}
-	return p.GoWait.Records()
+	return p.goWait.Records()
 }
 
-// HandleBatch hands each record of a goroutine-wait batch to handle as an
-// event of its own (Handle when nil).
-func (p *Pipeline) HandleBatch(b []sampler.Record, handle func(sampler.Event)) {
-	if handle == nil {
-		handle = p.Handle
-	}
+// HandleBatch hands each record of a goroutine-wait batch to Handle as an
+// event of its own.
+func (p *Pipeline) HandleBatch(b []sampler.Record) {
 	for i := range b {
-		handle(sampler.Event{Sample: &b[i]})
+		p.Handle(sampler.Event{Sample: &b[i]})
 	}
 }
 
 // stopGoWaits stops the goroutine-wait sampler, waits for its last tick
 // and hands on every batch it delivered.
-func (p *Pipeline) stopGoWaits(handle func(sampler.Event)) {
+func (p *Pipeline) stopGoWaits() {
 	if p.stopGoWait == nil {
 		return
 	}
@@ -316,8 +340,8 @@ func (p *Pipeline) stopGoWaits(handle func(sampler.Event)) {
 	<-p.goWaitDone
 	for {
 		select {
-		case b := <-p.GoWait.Records():
-			p.HandleBatch(b, handle)
+		case b := <-p.goWait.Records():
+			p.HandleBatch(b)
 		default:
 			return
 		}
@@ -326,23 +350,54 @@ func (p *Pipeline) stopGoWaits(handle func(sampler.Event)) {
 
 // Handle takes the next event of the stream: the one way samples and
 // process events reach the stages, in ring order, from one goroutine.
+// With Config.Executables, the samples of other processes are dropped
+// and counted here.
 func (p *Pipeline) Handle(e sampler.Event) {
-	if e.Sample != nil {
+	switch {
+	case e.Sample != nil:
+		if p.execs != nil && !p.wanted(e.Sample.PID) {
+			p.filtered.Add(1)
+			return
+		}
+		p.handled.Add(1)
 		p.Add(e.Sample)
-	} else if e.Proc != nil {
+	case e.Proc != nil:
+		if p.match != nil && !e.Proc.LinkMap {
+			delete(p.match, e.Proc.PID) // an exec may change the executable
+		}
 		p.ProcEvent(*e.Proc)
 	}
+}
+
+// wanted applies the process selection in user space: the kernel filter
+// knows only PIDs, so naming executables means sampling everything.
+func (p *Pipeline) wanted(pid uint32) bool {
+	if ok, seen := p.match[pid]; seen {
+		return ok
+	}
+	ok := false
+	for _, n := range p.cfg.PIDs {
+		if uint32(n) == pid {
+			ok = true
+		}
+	}
+	if !ok {
+		pr := p.tracker.Get(pid)
+		ok = p.execs[filepath.Base(pr.Exe)] || (pr.Exe == "" && p.execs[pr.Comm])
+	}
+	p.match[pid] = ok
+	return ok
 }
 
 // Add hands one sample, the kernel's or the goroutine-wait sampler's, to
 // the collector, noting its process for the trace-context watcher and the
 // JIT perf maps.
 func (p *Pipeline) Add(r *sampler.Record) {
-	if p.Correlator != nil {
-		p.Correlator.Seen(r.PID, RescanAfter)
+	if p.correlator != nil {
+		p.correlator.Seen(r.PID, RescanAfter)
 	}
-	p.Symbols.JIT.Seen(r.PID)
-	p.Collector.Add(r)
+	p.symbols.JIT.Seen(r.PID)
+	p.collector.Add(r)
 }
 
 // ProcEvent hands an exec or exit to the watcher, the JIT perf maps and
@@ -352,46 +407,43 @@ func (p *Pipeline) Add(r *sampler.Record) {
 // alone (the collector reads a library a stack runs in as it meets it).
 func (p *Pipeline) ProcEvent(e sampler.ProcEvent) {
 	if e.LinkMap {
-		if p.Correlator != nil {
-			p.Correlator.LinkMap(e.PID)
+		if p.correlator != nil {
+			p.correlator.LinkMap(e.PID)
 		}
 		return
 	}
 	if e.Fork {
-		p.Symbols.JIT.NewImage(e.PID)
-		p.Collector.ProcEvent(e)
+		p.symbols.JIT.NewImage(e.PID)
+		p.collector.ProcEvent(e)
 		return
 	}
 	if e.Exit {
 		// Its JIT names answer until the exited processes are forgotten.
-		p.Symbols.JIT.Exited(e.PID)
+		p.symbols.JIT.Exited(e.PID)
 	}
-	if p.Correlator != nil {
+	if p.correlator != nil {
 		if e.Exit {
-			p.Correlator.Exit(e.PID)
+			p.correlator.Exit(e.PID)
 		} else {
-			p.Correlator.Exec(e.PID)
-			p.Correlator.Seen(e.PID, 0)
+			p.correlator.Exec(e.PID)
+			p.correlator.Seen(e.PID, 0)
 		}
 	}
 	if !e.Exit {
-		p.Symbols.JIT.NewImage(e.PID)
+		p.symbols.JIT.NewImage(e.PID)
 	}
-	p.Collector.ProcEvent(e)
+	p.collector.ProcEvent(e)
 }
 
-// Drain stops the source and hands on, in order, everything the kernel
+// drain stops the source and hands on, in order, everything the kernel
 // wrote before the programs were detached (the sampler closes the channel
 // once the ring is empty), then stops the goroutine-wait sampler and
-// hands on its last ticks. handle defaults to Handle; the timeout only
-// guards against a reader that never ends, and false says it was reached.
-func (p *Pipeline) Drain(timeout time.Duration, handle func(sampler.Event)) bool {
-	if handle == nil {
-		handle = p.Handle
-	}
-	p.Source.Stop()
-	ok := sampler.Drain(p.Source.Events(), timeout, handle)
-	p.stopGoWaits(handle)
+// hands on its last ticks. The timeout only guards against a reader that
+// never ends, and false says it was reached.
+func (p *Pipeline) drain(timeout time.Duration) bool {
+	p.source.Stop()
+	ok := sampler.Drain(p.source.Events(), timeout, p.Handle)
+	p.stopGoWaits()
 	return ok
 }
 

@@ -73,13 +73,13 @@ func TestAddAndProcEventReachEveryStage(t *testing.T) {
 	if got := corr.got(); !slices.Equal(got, want) {
 		t.Errorf("correlator told %q, want %q", got, want)
 	}
-	if n := p.Collector.Stats().Samples; n != 1 {
+	if n := p.collector.Stats().Samples; n != 1 {
 		t.Errorf("collector holds %d samples, want 1", n)
 	}
-	if got := p.Symbols.JIT.Sampled(); !slices.Contains(got, self) {
+	if got := p.symbols.JIT.Sampled(); !slices.Contains(got, self) {
 		t.Errorf("JIT maps sampled %v, want %d among them", got, self)
 	}
-	prof := p.Collector.Build(time.Now())
+	prof := p.collector.Build(time.Now())
 	if len(prof.Samples) != 1 || len(prof.Samples[0].Frames) == 0 || prof.Samples[0].Frames[0].Function != "github.com/spanprof/spanprof/internal/pipeline.busyFunc" {
 		t.Fatalf("profile %+v: want one sample in busyFunc", prof.Samples)
 	}
@@ -88,7 +88,7 @@ func TestAddAndProcEventReachEveryStage(t *testing.T) {
 	}
 }
 
-// TestDrainTakesWhatWasQueued: Drain stops the source and hands on every
+// TestDrainTakesWhatWasQueued: drain stops the source and hands on every
 // sample and event queued before the channel closed.
 func TestDrainTakesWhatWasQueued(t *testing.T) {
 	src := newFakeSource()
@@ -102,13 +102,13 @@ func TestDrainTakesWhatWasQueued(t *testing.T) {
 		src.Sample(selfRecord(time.Now()))
 	}
 	src.Proc(sampler.ProcEvent{PID: 0x7ffffff0, Time: time.Now(), Exit: true})
-	if !p.Drain(5*time.Second, nil) {
+	if !p.drain(5 * time.Second) {
 		t.Fatal("drain timed out on a closed channel")
 	}
 	if !src.Stopped.Load() {
 		t.Error("drain did not stop the source")
 	}
-	if n := p.Collector.Stats().Samples; n != 5 {
+	if n := p.collector.Stats().Samples; n != 5 {
 		t.Errorf("collector holds %d samples, want the 5 queued", n)
 	}
 	if got := corr.got(); !slices.Contains(got, "exit") {

@@ -320,6 +320,23 @@ func (t *Tracker) ForgetExited(before time.Time) {
 	t.snaps.expire(time.Now())
 }
 
+// Stats are the tracker's counters, read together.
+type Stats struct {
+	// Tracked is the number of processes tracked (Len).
+	Tracked int
+	// Synthesized and Forked are as the methods of those names count.
+	Synthesized, Forked int
+	// Exits is what the mappings captured at exits added (ExitStats).
+	Exits ExitStats
+}
+
+// Stats returns the tracker's counters, taken once under its lock.
+func (t *Tracker) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Stats{Tracked: len(t.procs), Synthesized: t.synthesized, Forked: t.forked, Exits: t.exitStats}
+}
+
 // Len returns the number of processes tracked.
 func (t *Tracker) Len() int {
 	t.mu.Lock()

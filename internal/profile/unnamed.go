@@ -101,3 +101,7 @@ func (a *Aggregate) CountUnnamedFrames() Unnamed {
 	}
 	return u
 }
+
+// CountUnnamed counts the frames of p left without symbols
+// (CountUnnamed(p)).
+func (p *Profile) CountUnnamed() Unnamed { return CountUnnamed(p) }
