@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// The data flows one way (STYLE.md, docs/dataflow.md): kernel → sampler →
+// The data flows one way (CONTRIBUTING.md, docs/dataflow.md): kernel → sampler →
 // unwinding and symbolization → collector → profile → export, put
 // together by the commands. A package may import packages of its own
 // stage or of an earlier one, never of a later one: a stage that needs
@@ -106,6 +106,53 @@ func TestImportsFollowFlow(t *testing.T) {
 			t.Errorf("%s: %s", arch, v)
 		}
 	}
+}
+
+// maxCommandImports bounds the internal packages a command imports: a
+// command speaks to the pipeline (internal/pipeline), which assembles the
+// stages and runs the loop over them, and to the packages of its own
+// output, not to the stages themselves (CONTRIBUTING.md, "Layout").
+const maxCommandImports = 6
+
+// commands are the packages maxCommandImports bounds.
+var commands = []string{"cmd/spanprof", "internal/agent"}
+
+// TestCommandsImportFewPackages fails when a command imports more than
+// maxCommandImports internal packages, counted from its Go files of the
+// linux/amd64 and linux/arm64 builds (tests not counted).
+func TestCommandsImportFewPackages(t *testing.T) {
+	module := modulePath(t)
+	for _, arch := range []string{"amd64", "arm64"} {
+		graph, err := importGraph(".", module, arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pkg := range commands {
+			imps, ok := graph[pkg]
+			if !ok {
+				t.Fatalf("%s: no package %s", arch, pkg)
+			}
+			internal := internalImports(imps)
+			t.Logf("%s: %s imports %d internal packages: %v", arch, pkg, len(internal), internal)
+			if len(internal) > maxCommandImports {
+				t.Errorf("%s: %s imports %d internal packages, more than %d: %v; reach the stages through internal/pipeline",
+					arch, pkg, len(internal), maxCommandImports, internal)
+			}
+		}
+	}
+}
+
+// internalImports are the imports of the module's internal packages
+// among imps.
+func internalImports(imps []string) []string {
+	var out []string
+	for _, imp := range imps {
+		if strings.HasPrefix(imp, "internal/") {
+			out = append(out, imp)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TestCheckFlowCatches checks the checker on imports it must refuse and

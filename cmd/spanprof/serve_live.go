@@ -8,14 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
 
 	"github.com/spanprof/spanprof/internal/web"
-	"github.com/spanprof/spanprof/internal/web/live"
 )
 
 // serveLive holds the flags of `serve --otlp-listen`: a receiver of OTLP
@@ -23,22 +21,22 @@ import (
 type serveLive struct {
 	listen      string
 	allowRemote bool
-	limits      live.Limits
+	limits      web.LiveLimits
 }
 
 func liveFlags(fs *flag.FlagSet) *serveLive {
 	l := &serveLive{}
 	fs.StringVar(&l.listen, "otlp-listen", "", "receive OTLP/gRPC profiles and traces on this address (e.g. 127.0.0.1:4317) and serve them live")
 	fs.BoolVar(&l.allowRemote, "otlp-allow-remote", false, "allow --otlp-listen beyond loopback (the receiver has no authentication)")
-	fs.IntVar(&l.limits.MaxSamples, "window-samples", live.DefaultLimits.MaxSamples, "most profile samples the live window keeps (oldest evicted first, counted)")
-	l.limits.MaxBytes = live.DefaultLimits.MaxBytes
-	fs.Func("window-bytes", fmt.Sprintf("heap the live window's samples may hold, e.g. 512MiB (default %s; oldest evicted first, counted)", formatBytes(live.DefaultLimits.MaxBytes)), func(v string) error {
+	fs.IntVar(&l.limits.MaxSamples, "window-samples", web.DefaultLiveLimits.MaxSamples, "most profile samples the live window keeps (oldest evicted first, counted)")
+	l.limits.MaxBytes = web.DefaultLiveLimits.MaxBytes
+	fs.Func("window-bytes", fmt.Sprintf("heap the live window's samples may hold, e.g. 512MiB (default %s; oldest evicted first, counted)", formatBytes(web.DefaultLiveLimits.MaxBytes)), func(v string) error {
 		n, err := parseBytes(v)
 		l.limits.MaxBytes = n
 		return err
 	})
-	fs.IntVar(&l.limits.MaxSpans, "window-spans", live.DefaultLimits.MaxSpans, "most exported spans the live window keeps")
-	fs.DurationVar(&l.limits.MaxAge, "window-age", live.DefaultLimits.MaxAge, "how long the live window keeps what it received")
+	fs.IntVar(&l.limits.MaxSpans, "window-spans", web.DefaultLiveLimits.MaxSpans, "most exported spans the live window keeps")
+	fs.DurationVar(&l.limits.MaxAge, "window-age", web.DefaultLiveLimits.MaxAge, "how long the live window keeps what it received")
 	return l
 }
 
@@ -46,7 +44,7 @@ func liveFlags(fs *flag.FlagSet) *serveLive {
 // too are offered beside it in the file picker.
 func (l *serveLive) serve(ctx context.Context, addr string, files []string, stdout io.Writer, log *slog.Logger) error {
 	if !l.allowRemote {
-		if err := live.CheckLoopback(l.listen); err != nil {
+		if err := web.CheckLoopback(l.listen); err != nil {
 			return err
 		}
 	}
@@ -59,45 +57,16 @@ func (l *serveLive) serve(ctx context.Context, addr string, files []string, stdo
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(memoryLimit(l.limits.MaxBytes))
 	}
-	store := live.NewStore(l.limits)
-	sources := []web.Source{{Name: "live", Profile: store.Profile}}
-	for _, f := range files {
-		src, err := web.FileSource(f)
-		if err != nil {
-			return err
-		}
-		sources = append(sources, src)
-	}
-	h, err := web.NewHandler(log, sources...)
-	if err != nil {
-		return err
-	}
-	h.Live = true
-	otlpLn, err := net.Listen("tcp", l.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w; stop the other receiver or pick another --otlp-listen", l.listen, err)
-	}
-	ln, err := web.Listen(addr)
-	if err != nil {
-		otlpLn.Close()
-		return err
-	}
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			log.Warn("serving beyond loopback: anyone who reaches this address can read the profiles", "listen", addr)
-		}
-	}
-	fmt.Fprintf(stdout, "spanprof: receiving OTLP on %s, serving the live window on %s (traces under /trace/; Ctrl-C to stop)\n",
-		otlpLn.Addr(), serveURLs(ln.Addr()))
-	rcv := live.NewReceiver(store, log)
-	errc := make(chan error, 2)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { errc <- rcv.Serve(ctx, otlpLn) }()
-	go func() { errc <- web.Serve(ctx, ln, http.Handler(live.NewHandler(store, h, log))) }()
-	err = <-errc
-	cancel()
-	return errors.Join(err, <-errc)
+	return web.ServeLive(ctx, web.LiveOptions{OTLPListen: l.listen, Listen: addr, Files: files, Limits: l.limits, Log: log,
+		Ready: func(otlp, ui net.Addr) {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+					log.Warn("serving beyond loopback: anyone who reaches this address can read the profiles", "listen", addr)
+				}
+			}
+			fmt.Fprintf(stdout, "spanprof: receiving OTLP on %s, serving the live window on %s (traces under /trace/; Ctrl-C to stop)\n",
+				otlp, serveURLs(ui))
+		}})
 }
 
 // memoryLimit is the soft heap limit for a window of maxBytes: the window,

@@ -1,45 +1,24 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/pipeline"
 )
 
-// resolveTargets checks every --pid before anything is loaded: a thread
-// id stands for its process (samples carry the process id, so a thread's
-// own id would match none), repeats count once, and a process whose
-// mappings this process may not read is refused with the reason.
+// resolveTargets checks every --pid before anything is loaded
+// (pipeline.ResolvePIDs), saying on stderr which thread ids stand for
+// their process.
 func resolveTargets(procRoot string, ids []int, stderr io.Writer) ([]int, error) {
-	var pids []int
-	for _, id := range ids {
-		pid, err := proc.Resolve(procRoot, id)
-		if err != nil {
-			if errors.Is(err, proc.ErrNotProcess) {
-				return nil, fmt.Errorf("process %d does not exist", id)
-			}
-			return nil, err
-		}
-		if pid != id {
-			fmt.Fprintf(stderr, "spanprof: %d is a thread of process %d (%s): recording the process\n", id, pid, proc.Comm(procRoot, pid))
-		}
-		if slices.Contains(pids, pid) {
-			continue
-		}
-		if err := proc.CheckReadable(procRoot, pid); err != nil {
-			return nil, err
-		}
-		pids = append(pids, pid)
-	}
-	return pids, nil
+	return pipeline.ResolvePIDs(procRoot, ids, func(id, pid int, comm string) {
+		fmt.Fprintf(stderr, "spanprof: %d is a thread of process %d (%s): recording the process\n", id, pid, comm)
+	})
 }
 
 // cpuUse is what /proc says of a target at one moment.
@@ -54,8 +33,8 @@ type cpuUse struct {
 func cpuTimes(pids []int) map[int]cpuUse {
 	m := map[int]cpuUse{}
 	for _, pid := range pids {
-		t, ok := proc.CPUTime("/proc", pid)
-		m[pid] = cpuUse{name: proc.Comm("/proc", pid), cpu: time.Duration(t) * time.Second / clockTicks, ok: ok}
+		comm, t, ok := pipeline.ProcessCPU("/proc", pid)
+		m[pid] = cpuUse{name: comm, cpu: time.Duration(t) * time.Second / clockTicks, ok: ok}
 	}
 	return m
 }
