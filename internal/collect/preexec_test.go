@@ -329,8 +329,8 @@ func TestPIDReusedByFork(t *testing.T) {
 		t.Errorf("the fork holding the pid is marked exited: %+v", p)
 	}
 	r.check(t, 4, 3)
-	if n := r.tr.Forked(); n != 1 {
-		t.Errorf("Forked() = %d, want 1", n)
+	if n := r.tr.Stats().Forked; n != 1 {
+		t.Errorf("Stats().Forked = %d, want 1", n)
 	}
 }
 
@@ -351,8 +351,8 @@ func TestForkSharesItsParentsImage(t *testing.T) {
 		t.Errorf("the fork's entry: %+v, want its own, live, with its parent's mappings", p)
 	}
 	r.check(t, 2, 2)
-	if n := r.tr.Forked(); n != 0 {
-		t.Errorf("Forked() = %d, want 0: no pid was reused", n)
+	if n := r.tr.Stats().Forked; n != 0 {
+		t.Errorf("Stats().Forked = %d, want 0: no pid was reused", n)
 	}
 }
 

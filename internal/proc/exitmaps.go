@@ -96,13 +96,6 @@ func (p *Process) withMappings(ms []Mapping, fileOf func(*Mapping) (*os.File, bo
 	return &c, added, missing
 }
 
-// ExitStats returns what exit captures added so far.
-func (t *Tracker) ExitStats() ExitStats {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.exitStats
-}
-
 // SortMappings sorts ms by start, as Process.Find expects.
 func SortMappings(ms []Mapping) {
 	slices.SortFunc(ms, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })

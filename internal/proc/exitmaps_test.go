@@ -85,7 +85,7 @@ func TestExitMaps(t *testing.T) {
 	if before.Find(0x7f0000000800) != nil || len(before.Mappings) != 1 {
 		t.Error("the process handed out before the capture changed")
 	}
-	if st := tr.ExitStats(); st != (ExitStats{Processes: 1, Mappings: 3, NoFile: 1}) {
+	if st := tr.Stats().Exits; st != (ExitStats{Processes: 1, Mappings: 3, NoFile: 1}) {
 		t.Errorf("stats %+v", st)
 	}
 	// The captured executable names a process read too late to know it.

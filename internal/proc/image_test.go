@@ -96,7 +96,7 @@ func TestSynthesizeMatchesMaps(t *testing.T) {
 	defer tr.Close()
 	tr.Exec(uint32(pid), time.Now(), img)
 	p := tr.Get(uint32(pid))
-	if tr.Synthesized() != 1 || len(p.Mappings) == 0 {
+	if tr.Stats().Synthesized != 1 || len(p.Mappings) == 0 {
 		t.Fatalf("not placed from the exec image: %+v", p)
 	}
 	real := map[string]Mapping{}

@@ -272,22 +272,6 @@ func (t *Tracker) Refreshed() int {
 	return t.refreshed
 }
 
-// Synthesized counts the processes placed from their exec image because
-// they were gone before procfs could be read.
-func (t *Tracker) Synthesized() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.synthesized
-}
-
-// Forked counts the pids taken by a new process (Fork) after the pid's
-// process exited.
-func (t *Tracker) Forked() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.forked
-}
-
 // Exit marks pid's entry as exited at time at (zero: now unknown); its
 // mappings stay for symbolization until ForgetExited. It is applied in
 // stream order: the entry is the process that exited, unless it was read
@@ -324,9 +308,13 @@ func (t *Tracker) ForgetExited(before time.Time) {
 type Stats struct {
 	// Tracked is the number of processes tracked (Len).
 	Tracked int
-	// Synthesized and Forked are as the methods of those names count.
-	Synthesized, Forked int
-	// Exits is what the mappings captured at exits added (ExitStats).
+	// Synthesized counts the processes placed from their exec image
+	// because they were gone before procfs could be read.
+	Synthesized int
+	// Forked counts the pids taken by a new process (Fork) after the
+	// pid's process exited.
+	Forked int
+	// Exits is what the mappings captured at exits added.
 	Exits ExitStats
 }
 
