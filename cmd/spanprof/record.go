@@ -307,7 +307,7 @@ func record(ctx context.Context, f *recordFlags, stdout, stderr io.Writer) error
 	})
 	// Run took everything the kernel wrote before the programs were
 	// detached, and the goroutine-wait sampler's last ticks.
-	if err != nil {
+	if errors.Is(err, pipeline.ErrNotDrained) {
 		log.Warn("ring buffer not drained after 10s; writing what was read")
 	}
 	if left := p.WaitDebugFiles(ctx, f.debuginfodWait, func(n int) {

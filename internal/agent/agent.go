@@ -140,6 +140,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent started", "frequency", a.cfg.Frequency, "off_cpu", a.cfg.OffCPU, "endpoints", a.cfg.Export.Endpoints,
 		"report_interval", a.cfg.Export.ReportInterval, "host", a.hostName)
+	// The pipeline's loop, with a report every interval.
 	err := a.p.Run(ctx, pipeline.Hooks{
 		Every: a.cfg.Export.ReportInterval,
 		Tick:  func() bool { a.report(); return true },
@@ -148,7 +149,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
 		},
 	})
-	if err != nil {
+	if errors.Is(err, pipeline.ErrNotDrained) {
 		a.log.Warn("sampler not drained after 10s; reporting what was read")
 	}
 	a.report()
@@ -159,13 +160,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, e := range a.exporters {
 		go func() { errs <- e.Shutdown(flushCtx) }()
 	}
-	err = nil
+	var flushErr error
 	for range a.exporters {
-		err = errors.Join(err, <-errs)
+		flushErr = errors.Join(flushErr, <-errs)
 	}
 	a.logTotals()
-	if err != nil {
-		return fmt.Errorf("flush at shutdown: %w", err)
+	if flushErr != nil {
+		return fmt.Errorf("flush at shutdown: %w", flushErr)
 	}
 	return nil
 }
