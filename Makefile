@@ -24,7 +24,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg clickhouse-
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
+.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
 	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
@@ -173,7 +173,24 @@ $(OUT)/ddpython/venv/.installed: test/writers/ddpython/requirements.txt
 	@touch $@
 
 
-test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
+# ClickHouse for serve --store (internal/web/live/chstore): Debian's
+# clickhouse-server (18.16), started by the tests on loopback with its data
+# in a temporary directory, and chDB (a current ClickHouse engine in
+# process, pinned) in a venv, on which the same SQL is checked.
+CHDB_VERSION := 4.4.0
+CHDB_VENV := $(OUT)/chdb/venv
+CHDB_PYTHON ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3) $(wildcard $(PYENV_ROOT)/versions/3.11.*/bin/python3) $(shell command -v python3))
+clickhouse-deps: $(CHDB_VENV)/.installed-$(CHDB_VERSION)
+	@command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clickhouse-server clickhouse-client; }
+
+$(CHDB_VENV)/.installed-$(CHDB_VERSION):
+	rm -rf $(CHDB_VENV) && mkdir -p $(dir $(CHDB_VENV))
+	$(CHDB_PYTHON) -m venv $(CHDB_VENV)
+	$(CHDB_VENV)/bin/pip install -q --disable-pip-version-check chdb==$(CHDB_VERSION)
+	@touch $@
+
+test: deps clickhouse-deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...

@@ -40,13 +40,13 @@ func CheckLoopback(addr string) error {
 // Receiver is the OTLP/gRPC endpoint: the profiles service (development
 // version, as agents and collectors send it) and the trace service.
 type Receiver struct {
-	store *Store
+	store Backend
 	log   *slog.Logger
 	srv   *grpc.Server
 }
 
 // NewReceiver returns a receiver writing into store.
-func NewReceiver(store *Store, log *slog.Logger) *Receiver {
+func NewReceiver(store Backend, log *slog.Logger) *Receiver {
 	r := &Receiver{store: store, log: log}
 	// Profiles of a busy host exceed gRPC's 4 MiB default; the agent
 	// caps its own requests, a collector may batch more.

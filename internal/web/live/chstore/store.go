@@ -1,0 +1,487 @@
+package chstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/web/live"
+)
+
+// Options tune a Store. Zero fields take their defaults.
+type Options struct {
+	// MaxBuffer bounds the encoded rows waiting for ClickHouse (it is
+	// down, slow, or the writer is behind); past it the oldest waiting
+	// exports are dropped and counted.
+	MaxBuffer int
+	// FlushEvery is how long the writer waits to gather exports into one
+	// insert: ClickHouse wants few large inserts.
+	FlushEvery time.Duration
+	// RetentionDays keeps this many days of partitions (today included);
+	// 0 keeps everything.
+	RetentionDays int
+	// ListAge is how far back, before the newest span or sample, the
+	// trace list looks; MaxSamples bounds the flame graph page of the
+	// whole store to the newest samples.
+	ListAge    time.Duration
+	MaxSamples int
+	// Timeout bounds each request to ClickHouse.
+	Timeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBuffer <= 0 {
+		o.MaxBuffer = 64 << 20
+	}
+	if o.FlushEvery <= 0 {
+		o.FlushEvery = 200 * time.Millisecond
+	}
+	if o.ListAge <= 0 {
+		o.ListAge = 15 * time.Minute
+	}
+	if o.MaxSamples <= 0 {
+		o.MaxSamples = 1_000_000
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	return o
+}
+
+// Store is a live.Backend on ClickHouse. Exports are encoded when they
+// arrive, buffered (bounded) and inserted by one writer goroutine, so a
+// slow or absent ClickHouse never blocks the receiver: it costs counted
+// drops once the buffer is full, and the writer catches up when the
+// server is back.
+type Store struct {
+	conn   Conn
+	target Target
+	db     string
+	opts   Options
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu      sync.Mutex
+	pending []*batch
+	bufSize int
+	// recent holds the ids of exports this process took lately, so an
+	// agent's retry to the same instance costs nothing; the table's
+	// dedup key covers retries to other instances.
+	recent    map[uint64]bool
+	recentQ   []uint64
+	stackSeen map[stackDay]bool
+	schemaOK  bool
+	st        live.StoreStats
+	counts    live.Stats
+	merged    *profile.Profile
+	mergedAt  uint64
+	wake      chan struct{}
+}
+
+type stackDay struct {
+	hash uint64
+	day  uint16
+}
+
+const recentBatches = 4096
+
+// New returns a Store on conn for target. Run starts its writer.
+func New(conn Conn, target Target, opts Options, log *slog.Logger) *Store {
+	s := &Store{conn: conn, target: target, db: target.Database, opts: opts.withDefaults(), log: log, now: time.Now,
+		recent: map[uint64]bool{}, stackSeen: map[stackDay]bool{}, wake: make(chan struct{}, 1)}
+	s.st.URL = target.String()
+	s.st.Status = "connecting"
+	s.st.MaxBufferBytes = int64(s.opts.MaxBuffer)
+	s.st.RetentionDays = s.opts.RetentionDays
+	return s
+}
+
+// EnsureSchema creates the database and tables if they are missing.
+func (s *Store) EnsureSchema(ctx context.Context) error {
+	for _, q := range schema(s.db) {
+		if err := s.conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create clickhouse schema: %w", err)
+		}
+	}
+	s.mu.Lock()
+	s.schemaOK = true
+	s.mu.Unlock()
+	return nil
+}
+
+// AddProfile implements live.Backend.
+func (s *Store) AddProfile(p *profile.Profile) {
+	s.mu.Lock()
+	seen := func(h uint64, d uint16) bool {
+		k := stackDay{h, d}
+		if s.stackSeen[k] {
+			return true
+		}
+		if len(s.stackSeen) > 1<<20 {
+			clear(s.stackSeen)
+		}
+		s.stackSeen[k] = true
+		return false
+	}
+	b := encodeProfile(p, seen)
+	s.st.ReceivedBatches++
+	s.counts.ReceivedBatches++
+	s.counts.ReceivedSamples += uint64(b.n)
+	if s.recent[b.id] {
+		s.st.DuplicateBatches++
+		s.mu.Unlock()
+		return
+	}
+	s.remember(b.id)
+	s.enqueueLocked(b)
+	s.mu.Unlock()
+}
+
+// AddSpans implements live.Backend.
+func (s *Store) AddSpans(spans []live.Span) {
+	if len(spans) == 0 {
+		return
+	}
+	b := encodeSpans(spans, s.now())
+	s.mu.Lock()
+	s.counts.ReceivedSpans += uint64(len(spans))
+	s.enqueueLocked(b)
+	s.mu.Unlock()
+}
+
+func (s *Store) remember(id uint64) {
+	s.recent[id] = true
+	s.recentQ = append(s.recentQ, id)
+	if len(s.recentQ) > recentBatches {
+		delete(s.recent, s.recentQ[0])
+		s.recentQ = s.recentQ[1:]
+	}
+}
+
+func (s *Store) enqueueLocked(b *batch) {
+	s.pending = append(s.pending, b)
+	s.bufSize += b.size()
+	for s.bufSize > s.opts.MaxBuffer && len(s.pending) > 1 {
+		old := s.pending[0]
+		s.pending = s.pending[1:]
+		s.bufSize -= old.size()
+		s.st.DroppedSamples += uint64(old.n)
+		s.st.DroppedSpans += uint64(old.nSpans)
+		s.st.DroppedBatches++
+		// A retry of a dropped export is welcome again.
+		delete(s.recent, old.id)
+		// Its stacks were never written: forget them so later samples
+		// write them.
+		s.forgetStacks(old)
+	}
+	s.counts.Version++
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) forgetStacks(b *batch) {
+	d := dec{b: b.stacks}
+	for d.more() {
+		h, day := d.u64(), d.u16()
+		delete(s.stackSeen, stackDay{h, day})
+		// Skip the rest of the row: 10 arrays.
+		skipArray(&d, 8)
+		for range 2 {
+			n := d.uvarint()
+			for range n {
+				d.str()
+			}
+		}
+		skipArray(&d, 4)
+		skipArray(&d, 1)
+		for range 2 {
+			n := d.uvarint()
+			for range n {
+				d.str()
+			}
+		}
+		for range 3 {
+			skipArray(&d, 8)
+		}
+	}
+}
+
+func skipArray(d *dec, size int) { d.take(d.uvarint() * size) }
+
+// Reject implements live.Backend.
+func (s *Store) Reject() {
+	s.mu.Lock()
+	s.counts.Rejected++
+	s.counts.Version++
+	s.mu.Unlock()
+}
+
+// Evict implements live.Backend: retention is by day partitions, which
+// Run drops.
+func (s *Store) Evict() {}
+
+// Run writes buffered exports until ctx ends, refreshes the table counts
+// every two seconds and drops expired partitions every hour. On the way
+// out it tries once more to write what is buffered.
+func (s *Store) Run(ctx context.Context) {
+	counts := time.NewTicker(2 * time.Second)
+	defer counts.Stop()
+	var lastRetention time.Time
+	backoff := 100 * time.Millisecond
+	for {
+		if !s.ready() {
+			if err := s.EnsureSchema(ctx); err != nil {
+				s.fail(err)
+			}
+		}
+		if s.ready() && s.now().Sub(lastRetention) > time.Hour {
+			if err := s.dropExpired(ctx); err != nil {
+				s.log.Warn("drop expired partitions", "err", err)
+			} else {
+				lastRetention = s.now()
+			}
+		}
+		err := s.flush(ctx)
+		if err != nil {
+			s.fail(err)
+		} else {
+			backoff = 100 * time.Millisecond
+		}
+		wait := s.opts.FlushEvery
+		if err != nil || !s.ready() {
+			wait = backoff
+			backoff = min(backoff*2, 5*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := s.flush(fctx); err != nil {
+				s.log.Warn("write buffered exports at exit", "err", err)
+			}
+			cancel()
+			return
+		case <-counts.C:
+			s.refreshCounts(ctx)
+		case <-time.After(wait):
+		case <-s.wake:
+			if err == nil {
+				// Gather what arrives in the next FlushEvery into the
+				// same insert.
+				select {
+				case <-time.After(s.opts.FlushEvery):
+				case <-ctx.Done():
+				}
+			}
+		}
+	}
+}
+
+func (s *Store) ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.schemaOK
+}
+
+func (s *Store) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st.Status == "ok" || s.st.ErrorSince.IsZero() {
+		s.st.ErrorSince = s.now()
+		s.log.Warn("clickhouse store failing; buffering exports", "err", err)
+	}
+	s.st.Status = "failing"
+	s.st.Error = err.Error()
+	s.st.FlushErrors++
+	s.counts.Version++
+}
+
+// flush inserts everything pending: stacks first, so a reader finds the
+// stacks of every sample it sees, then spans, then samples. What fails
+// goes back to the front of the buffer.
+func (s *Store) flush(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.schemaOK || len(s.pending) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	todo := s.pending
+	s.pending = nil
+	s.bufSize = 0
+	s.mu.Unlock()
+
+	var stacks, spans, samples []byte
+	var nStacks, nSpans, nSamples int
+	for _, b := range todo {
+		stacks = append(stacks, b.stacks...)
+		spans = append(spans, b.spans...)
+		samples = append(samples, b.samples...)
+		nStacks += b.nStacks
+		nSpans += b.nSpans
+		nSamples += b.n
+	}
+	t0 := s.now()
+	var err error
+	step := 0
+	for i, part := range []struct {
+		t    table
+		rows []byte
+	}{{stacksTable, stacks}, {spansTable, spans}, {samplesTable, samples}} {
+		if len(part.rows) == 0 {
+			step = i + 1
+			continue
+		}
+		if err = s.conn.Insert(ctx, s.db+"."+part.t.name, part.t.cols, part.rows); err != nil {
+			break
+		}
+		step = i + 1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		// Put back what was not written; parts already written are not
+		// sent again (a rewrite would be folded anyway).
+		for _, b := range todo {
+			if step >= 1 {
+				b.stacks, b.nStacks = nil, 0
+			}
+			if step >= 2 {
+				b.spans, b.nSpans = nil, 0
+			}
+		}
+		s.pending = append(todo, s.pending...)
+		s.bufSize = 0
+		for _, b := range s.pending {
+			s.bufSize += b.size()
+		}
+		for s.bufSize > s.opts.MaxBuffer && len(s.pending) > 1 {
+			old := s.pending[0]
+			s.pending = s.pending[1:]
+			s.bufSize -= old.size()
+			s.st.DroppedSamples += uint64(old.n)
+			s.st.DroppedSpans += uint64(old.nSpans)
+			s.st.DroppedBatches++
+			delete(s.recent, old.id)
+			s.forgetStacks(old)
+		}
+		return fmt.Errorf("insert into clickhouse: %w", err)
+	}
+	if s.st.Status != "ok" {
+		if !s.st.ErrorSince.IsZero() {
+			s.log.Info("clickhouse store recovered", "failing_for", s.now().Sub(s.st.ErrorSince).Round(time.Millisecond))
+		}
+		s.st.Status, s.st.Error, s.st.ErrorSince = "ok", "", time.Time{}
+	}
+	s.st.WrittenSamples += uint64(nSamples)
+	s.st.WrittenSpans += uint64(nSpans)
+	s.st.WrittenStacks += uint64(nStacks)
+	s.st.WrittenBatches += uint64(len(todo))
+	s.st.LastFlush = s.now()
+	s.st.LastFlushMs = float64(s.now().Sub(t0).Microseconds()) / 1000
+	s.counts.Version++
+	return nil
+}
+
+// Flush writes what is buffered now; tests and shutdown use it.
+func (s *Store) Flush(ctx context.Context) error {
+	if !s.ready() {
+		if err := s.EnsureSchema(ctx); err != nil {
+			s.fail(err)
+			return err
+		}
+	}
+	if err := s.flush(ctx); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.refreshCounts(ctx)
+	return nil
+}
+
+// refreshCounts reads the tables' sizes from system.parts and the number
+// of traces from the spans table, for /api/window.
+func (s *Store) refreshCounts(ctx context.Context) {
+	if !s.ready() {
+		return
+	}
+	q := "SELECT table, toUInt64(sum(rows)), toUInt64(sum(bytes_on_disk)) FROM system.parts WHERE database = '" + s.db +
+		"' AND active GROUP BY table"
+	out, err := s.conn.Query(ctx, q)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			s.fail(err)
+		}
+		return
+	}
+	rows := map[string][2]uint64{}
+	d := dec{b: out}
+	for d.more() {
+		t := d.str()
+		rows[t] = [2]uint64{d.u64(), d.u64()}
+	}
+	var traces uint64
+	if out, err := s.conn.Query(ctx, "SELECT toUInt64(uniq(TraceId)) FROM "+s.db+"."+spansTable.name); err == nil && len(out) == 8 {
+		traces = (&dec{b: out}).u64()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := uint64(rows[samplesTable.name][0] + rows[spansTable.name][0])
+	if n != s.st.TableRows {
+		s.counts.Version++
+	}
+	s.st.TableRows = n
+	s.counts.Samples = int(rows[samplesTable.name][0])
+	s.counts.Spans = int(rows[spansTable.name][0])
+	s.counts.Traces = int(traces)
+	s.st.Stacks = rows[stacksTable.name][0]
+	s.st.DiskBytes = rows[samplesTable.name][1] + rows[stacksTable.name][1] + rows[spansTable.name][1]
+	s.counts.Bytes = int64(s.st.DiskBytes)
+}
+
+// Stats implements live.Backend: the tables' counts (as of the last
+// refresh; rows of a retried export count until parts merge) and this
+// instance's ingest counters and store status.
+func (s *Store) Stats() live.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.counts
+	ss := s.st
+	ss.BufferedBatches = len(s.pending)
+	ss.BufferedBytes = int64(s.bufSize)
+	st.Store = &ss
+	st.Batches = int(ss.WrittenBatches)
+	st.MaxAgeSec = int64(s.opts.ListAge / time.Second)
+	st.MaxSamples = s.opts.MaxSamples
+	return st
+}
+
+// dropExpired drops the day partitions older than the retention.
+func (s *Store) dropExpired(ctx context.Context) error {
+	if s.opts.RetentionDays <= 0 {
+		return nil
+	}
+	cut := s.now().UTC().AddDate(0, 0, -(s.opts.RetentionDays - 1))
+	keep := uint64(cut.Year()*10000 + int(cut.Month())*100 + cut.Day())
+	out, err := s.conn.Query(ctx, "SELECT DISTINCT table, partition FROM system.parts WHERE database = '"+s.db+"' AND active")
+	if err != nil {
+		return err
+	}
+	d := dec{b: out}
+	for d.more() {
+		t, part := d.str(), d.str()
+		var n uint64
+		if _, err := fmt.Sscan(part, &n); err != nil || n >= keep {
+			continue
+		}
+		if err := s.conn.Exec(ctx, "ALTER TABLE "+s.db+"."+t+" DROP PARTITION "+part); err != nil {
+			return err
+		}
+		s.log.Info("dropped expired partition", "table", t, "partition", part)
+	}
+	return d.err
+}
