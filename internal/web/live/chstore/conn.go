@@ -95,6 +95,11 @@ func (c *httpConn) do(ctx context.Context, query string, body []byte) ([]byte, e
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
+		// The url.Error would repeat the whole query in the URL.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("reach clickhouse at %s: %w", c.t.Base, err)
 	}
 	defer resp.Body.Close()

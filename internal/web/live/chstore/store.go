@@ -241,10 +241,10 @@ func (s *Store) Run(ctx context.Context) {
 			}
 		}
 		if s.ready() && s.now().Sub(lastRetention) > time.Hour {
+			lastRetention = s.now()
 			if err := s.dropExpired(ctx); err != nil {
-				s.log.Warn("drop expired partitions", "err", err)
-			} else {
-				lastRetention = s.now()
+				s.log.Warn("drop expired partitions; trying again in a minute", "err", err)
+				lastRetention = lastRetention.Add(-59 * time.Minute)
 			}
 		}
 		err := s.flush(ctx)
