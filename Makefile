@@ -24,7 +24,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg clickhouse-
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
+.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test vet demo demo-trace demo-trace-clickhouse demo-polyglot bench bench-serve soak kernels clean \
 	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
@@ -312,6 +312,16 @@ demo-trace: deps
 	@mkdir -p $(OUT)
 	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-trace.png $(GO) test -count=1 -v -timeout 10m \
 		-run TestTwoServicesThroughCollector ./test/trace/
+
+# The same through ClickHouse: the collector forwards to the in-memory
+# serve and to serve --store clickhouse://… on a clickhouse-server the test
+# starts; a serve that only reads ClickHouse must show every trace as the
+# in-memory window does, also after a restart. Screenshot of its trace
+# view: $(OUT)/demo-trace-clickhouse.png.
+demo-trace-clickhouse: deps clickhouse-deps
+	@mkdir -p $(OUT)
+	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-trace-clickhouse.png $(GO) test -count=1 -v -timeout 10m \
+		-run TestTwoServicesClickHouse ./test/trace/
 
 # The polyglot trace example: the Go service calls a Java service (the
 # OpenTelemetry Java agent with spanprof's extension, sdk/java), which

@@ -109,8 +109,21 @@ func (s *Store) EnsureSchema(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.schemaOK = true
+	s.reachedLocked()
 	s.mu.Unlock()
 	return nil
+}
+
+// reachedLocked marks the store ok after a request succeeded, unless
+// exports still wait: then only writing them clears the failure.
+func (s *Store) reachedLocked() {
+	if s.st.Status != "ok" && len(s.pending) == 0 {
+		if !s.st.ErrorSince.IsZero() {
+			s.log.Info("clickhouse store recovered", "failing_for", s.now().Sub(s.st.ErrorSince).Round(time.Millisecond))
+		}
+		s.st.Status, s.st.Error, s.st.ErrorSince = "ok", "", time.Time{}
+		s.counts.Version++
+	}
 }
 
 // AddProfile implements live.Backend.
@@ -430,6 +443,7 @@ func (s *Store) refreshCounts(ctx context.Context) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reachedLocked()
 	n := uint64(rows[samplesTable.name][0] + rows[spansTable.name][0])
 	if n != s.st.TableRows {
 		s.counts.Version++

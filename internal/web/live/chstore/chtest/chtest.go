@@ -73,64 +73,85 @@ func freePort() (int, error) {
 // installed. It is stopped when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
+	if _, err := Binary(); err != nil {
 		t.Skip("skip: " + err.Error())
 	}
-	dir := t.TempDir()
-	hp, err := freePort()
+	s, err := New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	s.t = t
+	t.Cleanup(s.Down)
+	s.Up()
+	return s
+}
+
+// New prepares a server with its data under dir, on free loopback
+// ports; Start (or, outside tests, StartServer) runs it.
+func New(dir string) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	hp, err := freePort()
+	if err != nil {
+		return nil, err
 	}
 	tp, err := freePort()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.xml"), []byte(fmt.Sprintf(config, hp, tp, dir)), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(users), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	s := &Server{HTTP: fmt.Sprintf("127.0.0.1:%d", hp), dir: dir, bin: bin, t: t}
-	s.Up()
-	t.Cleanup(s.Down)
-	return s
+	return &Server{HTTP: fmt.Sprintf("127.0.0.1:%d", hp), dir: dir, bin: bin}, nil
 }
 
 // URL is the --store value of database db.
 func (s *Server) URL(db string) string { return "clickhouse://" + s.HTTP + "/" + db }
 
-// Up starts the server (again) on the same port and data.
+// Up starts the server (again) on the same port and data, failing the
+// test if it does not answer.
 func (s *Server) Up() {
 	s.t.Helper()
+	if err := s.StartServer(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// StartServer starts the server and waits until it answers.
+func (s *Server) StartServer() error {
 	if s.cmd != nil {
-		return
+		return nil
 	}
 	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(s.bin, "--config-file="+filepath.Join(s.dir, "config.xml"))
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start clickhouse-server: %v", err)
-	}
+	err = cmd.Start()
 	log.Close()
+	if err != nil {
+		return fmt.Errorf("start clickhouse-server: %w", err)
+	}
 	s.cmd = cmd
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get("http://" + s.HTTP + "/ping")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-			s.t.Fatalf("clickhouse-server not answering on %s within 30s: %s", s.HTTP, lastLines(string(b), 20))
+			return fmt.Errorf("clickhouse-server not answering on %s within 30s: %s", s.HTTP, lastLines(string(b), 20))
 		}
 	}
 }
