@@ -10,7 +10,7 @@
 //
 //	go run ./bench/servestore -spanprof bin/spanprof [-input recorded.otlp.pb]
 //
-// Without -input it records 10 s of this machine first (`spanprof record
+// Without the -input file it records 10 s of this machine into it first (`spanprof record
 // --all --off-cpu --frequency 99`, root), so the stacks, threads and
 // off-CPU reasons are an agent's, not made up.
 package main
@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,11 +36,14 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/spanprof/spanprof/internal/export/otlp"
 	"github.com/spanprof/spanprof/internal/profile"
@@ -49,15 +53,15 @@ import (
 
 type config struct {
 	spanprof, input, out, dir string
-	nodes, hz, cpus, traces  int
-	senders                  int
-	stream, interval         time.Duration
+	nodes, hz, cpus, traces   int
+	senders                   int
+	stream, interval          time.Duration
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.spanprof, "spanprof", "bin/spanprof", "spanprof binary")
-	flag.StringVar(&c.input, "input", "", "recorded agent output (.otlp.pb or .otlp.json); recorded now when empty")
+	flag.StringVar(&c.input, "input", "out/bench/servestore-recorded.otlp.pb", "recorded agent output (.otlp.pb or .otlp.json); recorded now when the file is missing")
 	flag.StringVar(&c.out, "out", "", "append the results as markdown to this file")
 	flag.StringVar(&c.dir, "dir", "", "directory for ClickHouse's data (a temporary one by default)")
 	flag.IntVar(&c.nodes, "nodes", 20, "nodes")
@@ -80,8 +84,10 @@ func run(c config) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if c.input == "" {
-		c.input = filepath.Join(tmp, "recorded.otlp.pb")
+	if _, err := os.Stat(c.input); os.IsNotExist(err) {
+		if err := os.MkdirAll(filepath.Dir(c.input), 0o755); err != nil {
+			return err
+		}
 		fmt.Println("recording 10 s of this machine (spanprof record --all --off-cpu --frequency 99)...")
 		cmd := exec.Command(c.spanprof, "record", "--all", "--off-cpu", "--frequency", "99", "--duration", "10s", "--output", c.input)
 		cmd.Stderr = os.Stderr
@@ -121,7 +127,7 @@ func run(c config) error {
 	}
 	defer ch.Down()
 	otlpAddr, webAddr := freePort(), freePort()
-	srv := exec.Command(c.spanprof, "serve", "--listen", webAddr, "--otlp-listen", otlpAddr, "--store", ch.URL("bench"), "--store-buffer", "256MiB")
+	srv := exec.Command(c.spanprof, "serve", "--listen", webAddr, "--otlp-listen", otlpAddr, "--store", ch.URL("bench"), "--store-buffer", "128MiB")
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
 		return err
@@ -139,13 +145,19 @@ func run(c config) error {
 	profiles, traces := pprofileotlp.NewGRPCClient(conn), ptraceotlp.NewGRPCClient(conn)
 
 	perInterval := c.hz * c.cpus * int(c.interval/time.Second)
-	offPer := perInterval * len(off) / max(1, len(rec.Samples))
+	// Off-CPU events come as often per interval as in the recording:
+	// they depend on the workload, not on the frequency.
+	recDur := rec.End.Sub(rec.Start)
+	if recDur <= 0 {
+		recDur = 10 * time.Second
+	}
+	offPer := int(int64(len(off)) * int64(c.interval) / int64(recDur))
 	intervals := int(c.stream / c.interval)
 	nTraces := c.traces * int(c.interval/time.Second)
 	fmt.Printf("replaying %s (%d on-CPU, %d off-CPU samples, %d processes) as %d nodes × %d intervals of %v: %d on-CPU + %d off-CPU samples and %d traces per export\n",
 		c.input, len(on), len(off), len(rec.Processes), c.nodes, intervals, c.interval, perInterval, offPer, nTraces)
 
-	cpu0 := map[string]float64{"serve": cpuSeconds(srv.Process.Pid), "clickhouse": cpuSeconds(ch.Pid())}
+	cpu0 := map[string]float64{"serve": cpuSeconds(srv.Process.Pid), "clickhouse": cpuSeconds(ch.Pid()), "replay client": cpuSeconds(os.Getpid())}
 	var peak struct {
 		sync.Mutex
 		serve, ch int64
@@ -165,46 +177,69 @@ func run(c config) error {
 		}
 	}()
 	start := time.Now().Add(-c.stream - time.Hour).Truncate(time.Hour)
-	type job struct{ node, interval int }
-	jobs := make(chan job)
-	var sent, sentSpans atomic.Int64
+	// Each node's export is built once (otlp.Build, as the agent does)
+	// and then, interval after interval, shifted in time with fresh trace
+	// ids written into its link table: the replay client shares the CPUs
+	// with serve and ClickHouse, so it does no more than marshal.
+	nodes := make([]*nodeTemplate, c.nodes)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for n := range nodes {
+		nodes[n] = newTemplate(rec, on, off, n, start, c.interval, perInterval, offPer, nTraces, rnd)
+	}
+	var sent, sentSpans, retries atomic.Int64
 	var firstErr atomic.Value
 	var sampleTraces sync.Map // a few trace ids to open afterwards
+	var progress atomic.Int64
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	for range c.senders {
+	for k := range c.senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-			for j := range jobs {
-				from := start.Add(time.Duration(j.interval) * c.interval)
-				p, td, ids := makeExport(rec, on, off, j.node, from, c.interval, perInterval, offPer, nTraces, rnd)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				if _, err := traces.Export(ctx, ptraceotlp.NewExportRequestFromTraces(td)); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+			rnd := rand.New(rand.NewPCG(uint64(k), 7))
+			for i := range intervals {
+				for n := k; n < c.nodes; n += c.senders {
+					tm := nodes[n]
+					td, ids := tm.next(time.Duration(i)*c.interval, rnd)
+					// As agents and collectors do, an export refused as
+					// UNAVAILABLE (serve's buffer is nearly full) is sent
+					// again after a pause.
+					retry := func(send func(ctx context.Context) error) {
+						for pause := 20 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+							ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+							err := send(ctx)
+							cancel()
+							if status.Code(err) != codes.Unavailable {
+								if err != nil {
+									firstErr.CompareAndSwap(nil, err)
+								}
+								return
+							}
+							retries.Add(1)
+							time.Sleep(pause)
+						}
+					}
+					retry(func(ctx context.Context) error {
+						_, err := traces.Export(ctx, ptraceotlp.NewExportRequestFromTraces(td))
+						return err
+					})
+					retry(func(ctx context.Context) error {
+						_, err := profiles.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(tm.pd))
+						return err
+					})
+					sent.Add(int64(tm.samples))
+					sentSpans.Add(int64(td.SpanCount()))
+					if n == 0 && i%max(1, intervals/20) == intervals/40 {
+						sampleTraces.Store(ids[0], true)
+					}
 				}
-				if _, err := profiles.Export(ctx, pprofileotlp.NewExportRequestFromProfiles(otlp.Build(p))); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-				}
-				cancel()
-				sent.Add(int64(len(p.Samples)))
-				sentSpans.Add(int64(td.SpanCount()))
-				if j.node == 0 && j.interval%60 == 30 {
-					sampleTraces.Store(ids[0], true)
+				if k == 0 && (i+1)%60 == 0 {
+					progress.Store(int64(i + 1))
+					fmt.Printf("  %d of %d intervals sent, %.0f samples/s sent so far\n", i+1, intervals, float64(sent.Load())/time.Since(t0).Seconds())
 				}
 			}
 		}()
 	}
-	for i := range intervals {
-		for n := range c.nodes {
-			jobs <- job{n, i}
-		}
-		if i%60 == 59 {
-			fmt.Printf("  %d of %d intervals sent, %.0f samples/s sent so far\n", i+1, intervals, float64(sent.Load())/time.Since(t0).Seconds())
-		}
-	}
-	close(jobs)
 	wg.Wait()
 	sendDone := time.Since(t0)
 	if err, _ := firstErr.Load().(error); err != nil {
@@ -225,7 +260,7 @@ func run(c config) error {
 	}
 	ingest := time.Since(t0)
 	close(stopPoll)
-	cpu1 := map[string]float64{"serve": cpuSeconds(srv.Process.Pid), "clickhouse": cpuSeconds(ch.Pid())}
+	cpu1 := map[string]float64{"serve": cpuSeconds(srv.Process.Pid), "clickhouse": cpuSeconds(ch.Pid()), "replay client": cpuSeconds(os.Getpid())}
 	hwmServe, hwmCH := hwmKiB(srv.Process.Pid), hwmKiB(ch.Pid())
 
 	// Open traces of the hour: the JSON the trace page reads, then its
@@ -287,7 +322,7 @@ func run(c config) error {
 		c.nodes, c.hz, c.cpus, c.stream, c.traces, n, sentSpans.Load(), filepath.Base(c.input))
 	fmt.Fprintf(&b, "| figure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| sustained ingest (written into ClickHouse) | %.0f samples/s (%.1f s for the hour; sending took %.1f s) |\n", n/ingest.Seconds(), ingest.Seconds(), sendDone.Seconds())
-	for _, k := range []string{"serve", "clickhouse"} {
+	for _, k := range []string{"serve", "clickhouse", "replay client"} {
 		fmt.Fprintf(&b, "| %s CPU | %.1f s, %.2f cores on average |\n", k, cpu1[k]-cpu0[k], (cpu1[k]-cpu0[k])/ingest.Seconds())
 	}
 	fmt.Fprintf(&b, "| serve memory | peak RSS %d MiB (VmHWM %d MiB) |\n", peak.serve>>10, hwmServe>>10)
@@ -297,7 +332,9 @@ func run(c config) error {
 	fmt.Fprintf(&b, "| disk, samples table | %.1f bytes/sample (%d rows, %d MiB) |\n", float64(bytes)/float64(rows), rows, bytes>>20)
 	fmt.Fprintf(&b, "| disk, all tables (samples, stacks, spans) | %.1f bytes/sample |\n", float64(all)/n)
 	fmt.Fprintf(&b, "| after OPTIMIZE FINAL | %.1f bytes/sample in the samples table (%d rows), %.1f all tables |\n", float64(mbytes)/float64(mrows), mrows, float64(mall)/n)
-	fmt.Fprintf(&b, "| dropped by serve | %d samples, %d spans |\n", st.Store.DroppedSamples, st.Store.DroppedSpans)
+	fmt.Fprintf(&b, "| dropped by serve | %d samples, %d spans; %d exports refused as UNAVAILABLE while its buffer was full, sent again |\n",
+		st.Store.DroppedSamples, st.Store.DroppedSpans, retries.Load())
+	fmt.Fprintf(&b, "| machine | %d CPUs, load average %s at the end |\n", runtime.NumCPU(), loadavg())
 	fmt.Print(b.String())
 	if c.out != "" {
 		f, err := os.OpenFile(c.out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -311,11 +348,33 @@ func run(c config) error {
 	return nil
 }
 
-// makeExport builds one node's report: n on-CPU and nOff off-CPU samples
-// taken in turn from the recording, spread over the interval, and
-// nTraces traces whose spans link the samples that fall in them.
-func makeExport(rec *profile.Profile, on, off []profile.Sample, node int, from time.Time, interval time.Duration, n, nOff, nTraces int,
-	rnd *rand.Rand) (*profile.Profile, ptrace.Traces, []string) {
+// nodeTemplate is one node's export: built once from the recording, then
+// moved to each interval in place.
+type nodeTemplate struct {
+	pd      pprofile.Profiles
+	samples int
+	host    string
+	from    time.Time
+	shift   time.Duration
+	wins    []traceWindow
+	// links[i] is the link table entry of window i's root and child.
+	links [][2]int
+	// base holds each timestamp of the template, to shift from.
+	base [][]uint64
+}
+
+type traceWindow struct {
+	tid        [16]byte
+	root, kid  [8]byte
+	start, end time.Time
+}
+
+// newTemplate builds node's report for the interval from: n on-CPU and
+// nOff off-CPU samples taken in turn from the recording, spread over the
+// interval, and nTraces traces whose spans link the samples that fall in
+// them.
+func newTemplate(rec *profile.Profile, on, off []profile.Sample, node int, from time.Time, interval time.Duration, n, nOff, nTraces int,
+	rnd *rand.Rand) *nodeTemplate {
 	host := fmt.Sprintf("node-%02d", node)
 	p := &profile.Profile{Start: from, End: from.Add(interval), Frequency: rec.Frequency, Processes: map[uint32]*profile.Process{}}
 	for pid, pr := range rec.Processes {
@@ -326,17 +385,7 @@ func makeExport(rec *profile.Profile, on, off []profile.Sample, node int, from t
 		}
 		p.Processes[pid] = &cp
 	}
-	td := ptrace.NewTraces()
-	rs := td.ResourceSpans().AppendEmpty()
-	rs.Resource().Attributes().PutStr("service.name", "svc-"+host)
-	ss := rs.ScopeSpans().AppendEmpty().Spans()
-	type win struct {
-		tid        [16]byte
-		root, kid  [8]byte
-		start, end time.Time
-	}
-	wins := make([]win, nTraces)
-	ids := make([]string, nTraces)
+	wins := make([]traceWindow, nTraces)
 	step := interval / time.Duration(max(1, nTraces))
 	for i := range wins {
 		w := &wins[i]
@@ -345,23 +394,6 @@ func makeExport(rec *profile.Profile, on, off []profile.Sample, node int, from t
 		binaryRand(rnd, w.kid[:])
 		w.start = from.Add(time.Duration(i) * step)
 		w.end = w.start.Add(200 * time.Millisecond)
-		ids[i] = fmt.Sprintf("%x", w.tid)
-		for k, sp := range []struct {
-			id, parent [8]byte
-			name       string
-			a, b       time.Duration
-		}{{w.root, [8]byte{}, "GET /work", 0, 200 * time.Millisecond}, {w.kid, w.root, "compute", 50 * time.Millisecond, 150 * time.Millisecond}} {
-			s := ss.AppendEmpty()
-			s.SetTraceID(pcommon.TraceID(w.tid))
-			s.SetSpanID(pcommon.SpanID(sp.id))
-			if k > 0 {
-				s.SetParentSpanID(pcommon.SpanID(sp.parent))
-			}
-			s.SetName(sp.name)
-			s.SetKind(ptrace.SpanKindServer)
-			s.SetStartTimestamp(pcommon.NewTimestampFromTime(w.start.Add(sp.a)))
-			s.SetEndTimestamp(pcommon.NewTimestampFromTime(w.start.Add(sp.b)))
-		}
 	}
 	link := func(t time.Time) profile.Link {
 		i := int(t.Sub(from) / step)
@@ -392,7 +424,97 @@ func makeExport(rec *profile.Profile, on, off []profile.Sample, node int, from t
 		s.Link = link(s.Time)
 		p.Samples = append(p.Samples, s)
 	}
-	return p, td, ids
+	tm := &nodeTemplate{pd: otlp.Build(p), samples: len(p.Samples), host: host, from: from, wins: wins, links: make([][2]int, len(wins))}
+	idx := map[[24]byte]int{}
+	lt := tm.pd.Dictionary().LinkTable()
+	for j := 0; j < lt.Len(); j++ {
+		var k [24]byte
+		tid, sid := lt.At(j).TraceID(), lt.At(j).SpanID()
+		copy(k[:], tid[:])
+		copy(k[16:], sid[:])
+		idx[k] = j
+	}
+	for i, w := range wins {
+		for r, sid := range [][8]byte{w.root, w.kid} {
+			var k [24]byte
+			copy(k[:], w.tid[:])
+			copy(k[16:], sid[:])
+			j, ok := idx[k]
+			if !ok {
+				j = -1
+			}
+			tm.links[i][r] = j
+		}
+	}
+	tm.eachSample(func(ts pcommon.UInt64Slice) { tm.base = append(tm.base, ts.AsRaw()) })
+	return tm
+}
+
+func (tm *nodeTemplate) eachSample(fn func(ts pcommon.UInt64Slice)) {
+	for _, rp := range tm.pd.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, pr := range sp.Profiles().All() {
+				for _, smp := range pr.Samples().All() {
+					fn(smp.TimestampsUnixNano())
+				}
+			}
+		}
+	}
+}
+
+// next moves the template shift after its first interval, with fresh
+// trace and span ids, and returns the interval's spans and trace ids.
+func (tm *nodeTemplate) next(shift time.Duration, rnd *rand.Rand) (ptrace.Traces, []string) {
+	j := 0
+	tm.eachSample(func(ts pcommon.UInt64Slice) {
+		b := tm.base[j]
+		for i := range b {
+			ts.SetAt(i, b[i]+uint64(shift))
+		}
+		j++
+	})
+	for _, rp := range tm.pd.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, pr := range sp.Profiles().All() {
+				pr.SetTime(pcommon.NewTimestampFromTime(tm.from.Add(shift)))
+			}
+		}
+	}
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("service.name", "svc-"+tm.host)
+	ss := rs.ScopeSpans().AppendEmpty().Spans()
+	lt := tm.pd.Dictionary().LinkTable()
+	ids := make([]string, len(tm.wins))
+	for i := range tm.wins {
+		w := &tm.wins[i]
+		binaryRand(rnd, w.tid[:])
+		binaryRand(rnd, w.root[:])
+		binaryRand(rnd, w.kid[:])
+		ids[i] = fmt.Sprintf("%x", w.tid)
+		start := w.start.Add(shift)
+		for r, sp := range []struct {
+			id   [8]byte
+			name string
+			a, b time.Duration
+		}{{w.root, "GET /work", 0, 200 * time.Millisecond}, {w.kid, "compute", 50 * time.Millisecond, 150 * time.Millisecond}} {
+			if l := tm.links[i][r]; l >= 0 {
+				lt.At(l).SetTraceID(pcommon.TraceID(w.tid))
+				lt.At(l).SetSpanID(pcommon.SpanID(sp.id))
+			}
+			s := ss.AppendEmpty()
+			s.SetTraceID(pcommon.TraceID(w.tid))
+			s.SetSpanID(pcommon.SpanID(sp.id))
+			if r > 0 {
+				s.SetParentSpanID(pcommon.SpanID(w.root))
+			}
+			s.SetName(sp.name)
+			s.SetKind(ptrace.SpanKindServer)
+			s.SetStartTimestamp(pcommon.NewTimestampFromTime(start.Add(sp.a)))
+			s.SetEndTimestamp(pcommon.NewTimestampFromTime(start.Add(sp.b)))
+		}
+	}
+	return td, ids
 }
 
 func binaryRand(r *rand.Rand, b []byte) {
@@ -491,6 +613,14 @@ func statusKiB(pid int, key string) int64 {
 		}
 	}
 	return 0
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 func rssKiB(pid int) int64 { return statusKiB(pid, "VmRSS") }

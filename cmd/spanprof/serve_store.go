@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 
 	"github.com/spanprof/spanprof/internal/web"
 	"github.com/spanprof/spanprof/internal/web/live"
@@ -30,6 +32,12 @@ func (l *serveLive) serveStore(ctx context.Context, addr string, files []string,
 		if err := live.CheckLoopback(l.listen); err != nil {
 			return err
 		}
+	}
+	// The buffer, the exports being decoded and the pages' reads: a soft
+	// heap limit keeps the collector from letting the heap double over
+	// the buffer. GOMEMLIMIT wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(2*l.buffer + 256<<20)
 	}
 	opts := chstore.Options{MaxBuffer: int(l.buffer), RetentionDays: l.retention, ListAge: l.limits.MaxAge, MaxSamples: l.limits.MaxSamples}
 	store := chstore.New(chstore.NewHTTPConn(target, 0), target, opts, log)

@@ -45,3 +45,12 @@ func (s *Store) TraceList(limit int) ([]TraceSummary, error) { return s.Traces(l
 func (s *Store) Flame(trace [16]byte, span [8]byte, k profile.Kind) (*FlameNode, error) {
 	return s.SpanFlame(trace, span, k), nil
 }
+
+// Admitter is implemented by a store that can fall behind (a database
+// that is down or slow): the receiver asks it before decoding an export
+// and, when it refuses, answers UNAVAILABLE, which agents and the
+// collector's OTLP exporter retry later. The buffering moves to the
+// senders instead of exports being dropped here.
+type Admitter interface {
+	Admit() error
+}

@@ -107,7 +107,21 @@ type profilesServer struct {
 	r *Receiver
 }
 
+// admit asks the store, when it can fall behind, whether it takes an
+// export now.
+func (r *Receiver) admit() error {
+	if a, ok := r.store.(Admitter); ok {
+		if err := a.Admit(); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	return nil
+}
+
 func (s *profilesServer) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	if err := s.r.admit(); err != nil {
+		return pprofileotlp.NewExportResponse(), err
+	}
 	p, err := otlp.FromProfiles(req.Profiles())
 	if errors.Is(err, otlp.ErrNoProfiles) {
 		return pprofileotlp.NewExportResponse(), nil
@@ -128,6 +142,9 @@ type tracesServer struct {
 }
 
 func (s *tracesServer) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	if err := s.r.admit(); err != nil {
+		return ptraceotlp.NewExportResponse(), err
+	}
 	spans := SpansFromTraces(req.Traces())
 	s.r.store.AddSpans(spans)
 	s.r.log.Debug("received spans", "spans", len(spans))

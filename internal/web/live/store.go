@@ -136,15 +136,18 @@ type StoreStats struct {
 	DroppedSpans    uint64 `json:"dropped_spans"`
 	// DuplicateBatches counts profile exports received again (an
 	// agent's retry) and not written twice.
-	DuplicateBatches uint64    `json:"duplicate_batches"`
-	ReceivedBatches  uint64    `json:"received_batches"`
-	WrittenBatches   uint64    `json:"written_batches"`
-	WrittenSamples   uint64    `json:"written_samples"`
-	WrittenSpans     uint64    `json:"written_spans"`
-	WrittenStacks    uint64    `json:"written_stacks"`
-	FlushErrors      uint64    `json:"flush_errors"`
-	LastFlush        time.Time `json:"last_flush,omitzero"`
-	LastFlushMs      float64   `json:"last_flush_ms"`
+	DuplicateBatches uint64 `json:"duplicate_batches"`
+	// RefusedBusy counts exports refused with UNAVAILABLE while the
+	// buffer was nearly full (the sender retries them).
+	RefusedBusy     uint64    `json:"refused_busy"`
+	ReceivedBatches uint64    `json:"received_batches"`
+	WrittenBatches  uint64    `json:"written_batches"`
+	WrittenSamples  uint64    `json:"written_samples"`
+	WrittenSpans    uint64    `json:"written_spans"`
+	WrittenStacks   uint64    `json:"written_stacks"`
+	FlushErrors     uint64    `json:"flush_errors"`
+	LastFlush       time.Time `json:"last_flush,omitzero"`
+	LastFlushMs     float64   `json:"last_flush_ms"`
 	// TableRows, Stacks and DiskBytes are the tables' as of the last
 	// count, every instance's writes included.
 	TableRows     uint64 `json:"table_rows"`

@@ -260,13 +260,22 @@ func TestBufferBound(t *testing.T) {
 			t.Fatal("flush with the server down: no error")
 		}
 	}
+	if err := s.Admit(); err == nil || !strings.Contains(err.Error(), "retry later") {
+		t.Errorf("admit with a full buffer: %v, want a refusal", err)
+	}
 	st := s.Stats().Store
+	if st.RefusedBusy != 1 {
+		t.Errorf("refused %d exports, want 1", st.RefusedBusy)
+	}
 	if st.BufferedBytes > st.MaxBufferBytes || st.DroppedSamples == 0 || st.DroppedBatches == 0 {
 		t.Errorf("buffer %d of %d bytes, dropped %d samples in %d exports", st.BufferedBytes, st.MaxBufferBytes, st.DroppedSamples, st.DroppedBatches)
 	}
 	srv.Up()
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Admit(); err != nil {
+		t.Errorf("admit after the buffer was written: %v", err)
 	}
 	st = s.Stats().Store
 	if st.WrittenSamples+st.DroppedSamples != sent {

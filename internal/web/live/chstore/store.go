@@ -227,6 +227,23 @@ func (s *Store) forgetStacks(b *batch) {
 
 func skipArray(d *dec, size int) { d.take(d.uvarint() * size) }
 
+// Admit implements live.Admitter: exports are refused (the sender
+// retries) while the buffer is three quarters full, so that what is
+// dropped is only what a single export overflows.
+func (s *Store) Admit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bufSize < s.opts.MaxBuffer*3/4 {
+		return nil
+	}
+	s.st.RefusedBusy++
+	why := "writing behind"
+	if s.st.Status != "ok" {
+		why = s.st.Status + ": " + s.st.Error
+	}
+	return fmt.Errorf("clickhouse store %s: %d MiB of exports buffered (--store-buffer %d MiB); retry later", why, s.bufSize>>20, s.opts.MaxBuffer>>20)
+}
+
 // Reject implements live.Backend.
 func (s *Store) Reject() {
 	s.mu.Lock()
@@ -323,9 +340,17 @@ func (s *Store) flush(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	todo := s.pending
-	s.pending = nil
-	s.bufSize = 0
+	// At most maxInsert bytes per insert: the rows are copied into one
+	// body, and ClickHouse gains little from larger inserts.
+	k, size := 0, 0
+	for k < len(s.pending) && (k == 0 || size+s.pending[k].size() <= maxInsert) {
+		size += s.pending[k].size()
+		k++
+	}
+	todo := s.pending[:k:k]
+	s.pending = append([]*batch(nil), s.pending[k:]...)
+	s.bufSize -= size
+	more := len(s.pending) > 0
 	s.mu.Unlock()
 
 	var stacks, spans, samples []byte
@@ -397,8 +422,17 @@ func (s *Store) flush(ctx context.Context) error {
 	s.st.LastFlush = s.now()
 	s.st.LastFlushMs = float64(s.now().Sub(t0).Microseconds()) / 1000
 	s.counts.Version++
+	if more {
+		s.mu.Unlock()
+		err := s.flush(ctx)
+		s.mu.Lock()
+		return err
+	}
 	return nil
 }
+
+// maxInsert bounds the rows sent in one insert.
+const maxInsert = 16 << 20
 
 // Flush writes what is buffered now; tests and shutdown use it.
 func (s *Store) Flush(ctx context.Context) error {
