@@ -24,7 +24,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg clickhouse-
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test vet demo demo-trace demo-trace-clickhouse demo-polyglot bench bench-serve soak kernels clean \
+.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test vet demo demo-trace demo-trace-clickhouse demo-polyglot bench bench-serve bench-serve-store soak kernels clean \
 	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
@@ -78,6 +78,17 @@ SERVEMEM_FLAGS ?=
 bench-serve: build
 	@mkdir -p $(OUT)/bench
 	$(GO) run ./bench/servemem -spanprof $(BIN) -out $(OUT)/bench/results.md $(SERVEMEM_FLAGS)
+
+# serve --store clickhouse://… under a fleet: recorded agent output (10 s
+# of this machine, recorded first when out/bench/servestore-recorded.otlp.pb
+# is missing; root) replayed as 20 nodes at 99 Hz on 2 CPUs for an hour,
+# as fast as it goes: samples/s written, CPU and memory of serve and of
+# clickhouse-server, time to open a trace, disk bytes per sample
+# (bench/servestore). SERVESTORE_FLAGS="-stream 10m" shortens it.
+SERVESTORE_FLAGS ?=
+bench-serve-store: build clickhouse-deps
+	@mkdir -p $(OUT)/bench
+	$(GO) run ./bench/servestore -spanprof $(BIN) -out $(OUT)/bench/results.md $(SERVESTORE_FLAGS)
 
 # Rebuild the eBPF objects and Go bindings with the pinned clang.
 generate: deps

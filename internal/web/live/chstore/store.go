@@ -68,6 +68,8 @@ type Store struct {
 	mu      sync.Mutex
 	pending []*batch
 	bufSize int
+	// inflight and inflightBytes are the exports being written now.
+	inflight, inflightBytes int
 	// recent holds the ids of exports this process took lately, so an
 	// agent's retry to the same instance costs nothing; the table's
 	// dedup key covers retries to other instances.
@@ -260,8 +262,23 @@ func (s *Store) Evict() {}
 // every two seconds and drops expired partitions every hour. On the way
 // out it tries once more to write what is buffered.
 func (s *Store) Run(ctx context.Context) {
-	counts := time.NewTicker(2 * time.Second)
-	defer counts.Stop()
+	// The counts have their own goroutine: a writer that is behind
+	// flushes back to back and would starve them.
+	countsDone := make(chan struct{})
+	go func() {
+		defer close(countsDone)
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.refreshCounts(ctx)
+			}
+		}
+	}()
+	defer func() { <-countsDone }()
 	var lastRetention time.Time
 	backoff := 100 * time.Millisecond
 	for {
@@ -296,8 +313,6 @@ func (s *Store) Run(ctx context.Context) {
 			}
 			cancel()
 			return
-		case <-counts.C:
-			s.refreshCounts(ctx)
 		case <-time.After(wait):
 		case <-s.wake:
 			if err == nil {
@@ -350,6 +365,7 @@ func (s *Store) flush(ctx context.Context) error {
 	todo := s.pending[:k:k]
 	s.pending = append([]*batch(nil), s.pending[k:]...)
 	s.bufSize -= size
+	s.inflight, s.inflightBytes = k, size
 	more := len(s.pending) > 0
 	s.mu.Unlock()
 
@@ -381,6 +397,7 @@ func (s *Store) flush(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.inflight, s.inflightBytes = 0, 0
 	if err != nil {
 		// Put back what was not written; parts already written are not
 		// sent again (a rewrite would be folded anyway).
@@ -499,8 +516,8 @@ func (s *Store) Stats() live.Stats {
 	defer s.mu.Unlock()
 	st := s.counts
 	ss := s.st
-	ss.BufferedBatches = len(s.pending)
-	ss.BufferedBytes = int64(s.bufSize)
+	ss.BufferedBatches = len(s.pending) + s.inflight
+	ss.BufferedBytes = int64(s.bufSize + s.inflightBytes)
 	st.Store = &ss
 	st.Batches = int(ss.WrittenBatches)
 	st.MaxAgeSec = int64(s.opts.ListAge / time.Second)
