@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -33,6 +34,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -55,6 +57,7 @@ type config struct {
 	spanprof, input, out, dir string
 	nodes, hz, cpus, traces   int
 	senders                   int
+	offCPU                    bool
 	stream, interval          time.Duration
 }
 
@@ -71,6 +74,7 @@ func main() {
 	flag.IntVar(&c.senders, "senders", 4, "exports in flight at once")
 	flag.DurationVar(&c.stream, "stream", time.Hour, "time the replayed timestamps span")
 	flag.DurationVar(&c.interval, "interval", 10*time.Second, "report interval of each node's agent")
+	flag.BoolVar(&c.offCPU, "off-cpu", true, "replay the recording's off-CPU events too, as often per interval as recorded (false: on-CPU samples only)")
 	flag.Parse()
 	if err := run(c); err != nil {
 		fmt.Fprintf(os.Stderr, "servestore: %v\n", err)
@@ -129,10 +133,21 @@ func run(c config) error {
 	otlpAddr, webAddr := freePort(), freePort()
 	srv := exec.Command(c.spanprof, "serve", "--listen", webAddr, "--otlp-listen", otlpAddr, "--store", ch.URL("bench"), "--store-buffer", "128MiB")
 	srv.Stderr = os.Stderr
+	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := srv.Start(); err != nil {
 		return err
 	}
 	defer func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() }()
+	// Interrupted, stop serve and ClickHouse and remove the data.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		_ = srv.Process.Kill()
+		ch.Down()
+		os.RemoveAll(tmp)
+		os.Exit(1)
+	}()
 	if err := waitHTTP("http://" + webAddr + "/healthz"); err != nil {
 		return err
 	}
@@ -152,6 +167,9 @@ func run(c config) error {
 		recDur = 10 * time.Second
 	}
 	offPer := int(int64(len(off)) * int64(c.interval) / int64(recDur))
+	if !c.offCPU {
+		offPer = 0
+	}
 	intervals := int(c.stream / c.interval)
 	nTraces := c.traces * int(c.interval/time.Second)
 	fmt.Printf("replaying %s (%d on-CPU, %d off-CPU samples, %d processes) as %d nodes × %d intervals of %v: %d on-CPU + %d off-CPU samples and %d traces per export\n",
@@ -318,8 +336,8 @@ func run(c config) error {
 	n := float64(sent.Load())
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## serve --store clickhouse (bench/servestore)\n\n")
-	fmt.Fprintf(&b, "%d nodes × %d Hz × %d CPUs for %v (compressed), %d traces/s per node: %.0f samples, %d spans; replayed from %s.\n\n",
-		c.nodes, c.hz, c.cpus, c.stream, c.traces, n, sentSpans.Load(), filepath.Base(c.input))
+	fmt.Fprintf(&b, "%d nodes × %d Hz × %d CPUs for %v (compressed), %d traces/s per node: %.0f samples (%d on-CPU and %d off-CPU per node and %v), %d spans; replayed from %s (%d on-CPU, %d off-CPU events in %v).\n\n",
+		c.nodes, c.hz, c.cpus, c.stream, c.traces, n, perInterval, offPer, c.interval, sentSpans.Load(), filepath.Base(c.input), len(on), len(off), recDur)
 	fmt.Fprintf(&b, "| figure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| sustained ingest (written into ClickHouse) | %.0f samples/s (%.1f s for the hour; sending took %.1f s) |\n", n/ingest.Seconds(), ingest.Seconds(), sendDone.Seconds())
 	for _, k := range []string{"serve", "clickhouse", "replay client"} {

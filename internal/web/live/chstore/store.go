@@ -75,6 +75,7 @@ type Store struct {
 	// dedup key covers retries to other instances.
 	recent    map[uint64]bool
 	recentQ   []uint64
+	stackMu   sync.Mutex
 	stackSeen map[stackDay]bool
 	schemaOK  bool
 	st        live.StoreStats
@@ -130,8 +131,11 @@ func (s *Store) reachedLocked() {
 
 // AddProfile implements live.Backend.
 func (s *Store) AddProfile(p *profile.Profile) {
-	s.mu.Lock()
-	seen := func(h uint64, d uint16) bool {
+	// Encoding happens outside s.mu, so exports received at once are
+	// encoded in parallel; stackMu guards only the stacks written.
+	b := encodeProfile(p, func(h uint64, d uint16) bool {
+		s.stackMu.Lock()
+		defer s.stackMu.Unlock()
 		k := stackDay{h, d}
 		if s.stackSeen[k] {
 			return true
@@ -141,8 +145,8 @@ func (s *Store) AddProfile(p *profile.Profile) {
 		}
 		s.stackSeen[k] = true
 		return false
-	}
-	b := encodeProfile(p, seen)
+	})
+	s.mu.Lock()
 	s.st.ReceivedBatches++
 	s.counts.ReceivedBatches++
 	s.counts.ReceivedSamples += uint64(b.n)
@@ -201,6 +205,8 @@ func (s *Store) enqueueLocked(b *batch) {
 }
 
 func (s *Store) forgetStacks(b *batch) {
+	s.stackMu.Lock()
+	defer s.stackMu.Unlock()
 	d := dec{b: b.stacks}
 	for d.more() {
 		h, day := d.u64(), d.u16()
