@@ -292,6 +292,18 @@ func TestScaleOut(t *testing.T) {
 		t.Errorf("trace list on the query-only instance %s, in memory %s", lj, wj)
 	}
 
+	// The flame graph page of the whole store (the live entry) reads the
+	// samples and their stacks back from ClickHouse.
+	resp, err := http.Get("http://" + q.web + "/profile.json?file=live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"futex_wait"`) || !strings.Contains(string(body), `"stock"`) {
+		t.Errorf("flame graph data of the store: status %d, %d bytes without the replayed frames and processes", resp.StatusCode, len(body))
+	}
+
 	// Restart every store instance: the trace stays.
 	for _, s := range []*serve{a, b, q} {
 		s.stop()
@@ -347,7 +359,7 @@ func TestScaleOut(t *testing.T) {
 	rp := bad.ResourceProfiles().AppendEmpty()
 	pr := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
 	pr.Samples().AppendEmpty().SetStackIndex(99)
-	err := sendProfile(t, a2.otlp, bad)
+	err = sendProfile(t, a2.otlp, bad)
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("bad export: %v, want InvalidArgument", err)
 	} else {
