@@ -218,8 +218,9 @@ func twoServices(t *testing.T, store string) {
 	if store != "" {
 		// The query-only instance answers from ClickHouse what the
 		// in-memory window answers, and again once restarted.
+		// (The known work was checked on the in-memory serve above; the
+		// same JSON carries the same figures.)
 		sameTraces(t, webAddr, queryWeb, want)
-		checkKnownWork(t, queryWeb, want, 15)
 		again := freePort(t)
 		start(t, spanprof, "serve", "--listen", again, "--store", storeURL).line(t, "spanprof:")
 		sameTraces(t, webAddr, again, want)
