@@ -22,9 +22,9 @@ APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debug
 BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg clickhouse-server clickhouse-client
 
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
-	./internal/web ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
+	./internal/web ./internal/web/live/chstore ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps test vet demo demo-trace demo-polyglot bench bench-serve soak kernels clean \
+.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test vet demo demo-trace demo-trace-clickhouse demo-polyglot bench bench-serve bench-serve-store soak kernels clean \
 	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
@@ -78,6 +78,17 @@ SERVEMEM_FLAGS ?=
 bench-serve: build
 	@mkdir -p $(OUT)/bench
 	$(GO) run ./bench/servemem -spanprof $(BIN) -out $(OUT)/bench/results.md $(SERVEMEM_FLAGS)
+
+# serve --store clickhouse://… under a fleet: recorded agent output (10 s
+# of this machine, recorded first when out/bench/servestore-recorded.otlp.pb
+# is missing; root) replayed as 20 nodes at 99 Hz on 2 CPUs for an hour,
+# as fast as it goes: samples/s written, CPU and memory of serve and of
+# clickhouse-server, time to open a trace, disk bytes per sample
+# (bench/servestore). SERVESTORE_FLAGS="-stream 10m" shortens it.
+SERVESTORE_FLAGS ?=
+bench-serve-store: build clickhouse-deps
+	@mkdir -p $(OUT)/bench
+	$(GO) run ./bench/servestore -spanprof $(BIN) -out $(OUT)/bench/results.md $(SERVESTORE_FLAGS)
 
 # Rebuild the eBPF objects and Go bindings with the pinned clang.
 generate: deps
@@ -173,7 +184,24 @@ $(OUT)/ddpython/venv/.installed: test/writers/ddpython/requirements.txt
 	@touch $@
 
 
-test: deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
+# ClickHouse for serve --store (internal/web/live/chstore): Debian's
+# clickhouse-server (18.16), started by the tests on loopback with its data
+# in a temporary directory, and chDB (a current ClickHouse engine in
+# process, pinned) in a venv, on which the same SQL is checked.
+CHDB_VERSION := 4.4.0
+CHDB_VENV := $(OUT)/chdb/venv
+CHDB_PYTHON ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3) $(wildcard $(PYENV_ROOT)/versions/3.11.*/bin/python3) $(shell command -v python3))
+clickhouse-deps: $(CHDB_VENV)/.installed-$(CHDB_VERSION)
+	@command -v clickhouse-server >/dev/null || [ -x /usr/sbin/clickhouse-server ] || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clickhouse-server clickhouse-client; }
+
+$(CHDB_VENV)/.installed-$(CHDB_VERSION):
+	rm -rf $(CHDB_VENV) && mkdir -p $(dir $(CHDB_VENV))
+	$(CHDB_PYTHON) -m venv $(CHDB_VENV)
+	$(CHDB_VENV)/bin/pip install -q --disable-pip-version-check chdb==$(CHDB_VERSION)
+	@touch $@
+
+test: deps clickhouse-deps check-generated vet java-sdk python-sdk-test tracework-deps writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 	# One package at a time: the privileged tests run real workloads and
 	# profile them; packages running side by side starve each other.
 	$(GO) test -count=1 -p 1 -timeout 45m ./...
@@ -295,6 +323,16 @@ demo-trace: deps
 	@mkdir -p $(OUT)
 	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-trace.png $(GO) test -count=1 -v -timeout 10m \
 		-run TestTwoServicesThroughCollector ./test/trace/
+
+# The same through ClickHouse: the collector forwards to the in-memory
+# serve and to serve --store clickhouse://… on a clickhouse-server the test
+# starts; a serve that only reads ClickHouse must show every trace as the
+# in-memory window does, also after a restart. Screenshot of its trace
+# view: $(OUT)/demo-trace-clickhouse.png.
+demo-trace-clickhouse: deps clickhouse-deps
+	@mkdir -p $(OUT)
+	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-trace-clickhouse.png $(GO) test -count=1 -v -timeout 10m \
+		-run TestTwoServicesClickHouse ./test/trace/
 
 # The polyglot trace example: the Go service calls a Java service (the
 # OpenTelemetry Java agent with spanprof's extension, sdk/java), which

@@ -24,7 +24,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	verbose := fs.Bool("v", false, "verbose logs on stderr")
 	lf := liveFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: spanprof serve [--listen 127.0.0.1:7070] [--otlp-listen 127.0.0.1:4317] [FILE...]\n\nFILE is a .otlp.json, .otlp.pb or .pb.gz profile (spanprof record --output).")
+		fmt.Fprintln(fs.Output(), "usage: spanprof serve [--listen 127.0.0.1:7070] [--otlp-listen 127.0.0.1:4317] [--store clickhouse://HOST:8123/DB] [FILE...]\n\nFILE is a .otlp.json, .otlp.pb or .pb.gz profile (spanprof record --output).")
 		fs.PrintDefaults()
 	}
 	if err := cli.Parse(fs, args, stdout); err != nil {
@@ -40,7 +40,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	run := serve
-	if lf.listen != "" {
+	if lf.listen != "" || lf.store != "" {
 		run = lf.serve
 	}
 	if err := run(ctx, *listen, fs.Args(), stdout, log); err != nil {

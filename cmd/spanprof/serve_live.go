@@ -22,6 +22,10 @@ type serveLive struct {
 	listen      string
 	allowRemote bool
 	limits      web.LiveLimits
+	// store is --store: a database instead of the in-memory window.
+	store     string
+	retention int
+	buffer    int64
 }
 
 func liveFlags(fs *flag.FlagSet) *serveLive {
@@ -36,13 +40,24 @@ func liveFlags(fs *flag.FlagSet) *serveLive {
 		return err
 	})
 	fs.IntVar(&l.limits.MaxSpans, "window-spans", web.DefaultLiveLimits.MaxSpans, "most exported spans the live window keeps")
-	fs.DurationVar(&l.limits.MaxAge, "window-age", web.DefaultLiveLimits.MaxAge, "how long the live window keeps what it received")
+	fs.DurationVar(&l.limits.MaxAge, "window-age", web.DefaultLiveLimits.MaxAge, "how long the live window keeps what it received (with --store: how far back the trace list looks)")
+	fs.StringVar(&l.store, "store", "", "keep what --otlp-listen receives in ClickHouse, clickhouse://HOST:8123/DATABASE (its HTTP interface), instead of the in-memory window; without --otlp-listen, only answer from it")
+	fs.IntVar(&l.retention, "store-retention-days", 7, "with --store: days of data kept (day partitions older are dropped); 0 keeps everything")
+	l.buffer = 64 << 20
+	fs.Func("store-buffer", "with --store: exports kept in memory while ClickHouse is down or slow, e.g. 64MiB (default 64MiB; past it the oldest are dropped, counted)", func(v string) error {
+		n, err := parseBytes(v)
+		l.buffer = n
+		return err
+	})
 	return l
 }
 
 // serve runs the OTLP receiver and the UI over one window; files given
 // too are offered beside it in the file picker.
 func (l *serveLive) serve(ctx context.Context, addr string, files []string, stdout io.Writer, log *slog.Logger) error {
+	if l.store != "" {
+		return l.serveStore(ctx, addr, files, stdout, log)
+	}
 	if !l.allowRemote {
 		if err := web.CheckLoopback(l.listen); err != nil {
 			return err

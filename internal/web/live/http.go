@@ -29,13 +29,13 @@ var assets embed.FS
 //	GET /api/trace/TRACE_ID              TraceView
 //	GET /api/trace/TRACE_ID/flame?span_id=HEX&kind=on|off   FlameNode
 type Handler struct {
-	store *Store
+	store Backend
 	next  http.Handler
 	log   *slog.Logger
 }
 
 // NewHandler returns the handler of store in front of next.
-func NewHandler(store *Store, next http.Handler, log *slog.Logger) *Handler {
+func NewHandler(store Backend, next http.Handler, log *slog.Logger) *Handler {
 	return &Handler{store: store, next: next, log: log}
 }
 
@@ -50,7 +50,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			limit = 1000
 		}
-		h.json(w, h.store.Traces(limit))
+		list, err := h.store.TraceList(limit)
+		if err != nil {
+			h.unavailable(w, err)
+			return
+		}
+		h.json(w, list)
 	case strings.HasPrefix(p, "/api/trace/"):
 		h.apiTrace(w, r, strings.TrimPrefix(p, "/api/trace/"))
 	case p == "/trace" || p == "/trace/":
@@ -76,7 +81,11 @@ func (h *Handler) apiTrace(w http.ResponseWriter, r *http.Request, rest string) 
 	}
 	switch sub {
 	case "":
-		tv, ok := h.store.Trace(id)
+		tv, ok, err := h.store.TraceView(id)
+		if err != nil {
+			h.unavailable(w, err)
+			return
+		}
 		if !ok {
 			http.Error(w, fmt.Sprintf("trace %s: not in the window (no span and no sample of it)", idHex), http.StatusNotFound)
 			return
@@ -98,10 +107,22 @@ func (h *Handler) apiTrace(w http.ResponseWriter, r *http.Request, rest string) 
 			http.Error(w, fmt.Sprintf("parse kind %q: want on or off", q.Get("kind")), http.StatusBadRequest)
 			return
 		}
-		h.json(w, h.store.SpanFlame(id, [8]byte(sid), kind))
+		f, err := h.store.Flame(id, [8]byte(sid), kind)
+		if err != nil {
+			h.unavailable(w, err)
+			return
+		}
+		h.json(w, f)
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// unavailable answers 503 when the store could not be read: the page
+// shows the message and keeps polling.
+func (h *Handler) unavailable(w http.ResponseWriter, err error) {
+	h.log.Warn("read store", "err", err)
+	http.Error(w, "store unavailable: "+err.Error(), http.StatusServiceUnavailable)
 }
 
 func (h *Handler) json(w http.ResponseWriter, v any) {

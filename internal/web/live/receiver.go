@@ -40,13 +40,13 @@ func CheckLoopback(addr string) error {
 // Receiver is the OTLP/gRPC endpoint: the profiles service (development
 // version, as agents and collectors send it) and the trace service.
 type Receiver struct {
-	store *Store
+	store Backend
 	log   *slog.Logger
 	srv   *grpc.Server
 }
 
 // NewReceiver returns a receiver writing into store.
-func NewReceiver(store *Store, log *slog.Logger) *Receiver {
+func NewReceiver(store Backend, log *slog.Logger) *Receiver {
 	r := &Receiver{store: store, log: log}
 	// Profiles of a busy host exceed gRPC's 4 MiB default; the agent
 	// caps its own requests, a collector may batch more.
@@ -107,7 +107,21 @@ type profilesServer struct {
 	r *Receiver
 }
 
+// admit asks the store, when it can fall behind, whether it takes an
+// export now.
+func (r *Receiver) admit() error {
+	if a, ok := r.store.(Admitter); ok {
+		if err := a.Admit(); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	return nil
+}
+
 func (s *profilesServer) Export(_ context.Context, req pprofileotlp.ExportRequest) (pprofileotlp.ExportResponse, error) {
+	if err := s.r.admit(); err != nil {
+		return pprofileotlp.NewExportResponse(), err
+	}
 	p, err := otlp.FromProfiles(req.Profiles())
 	if errors.Is(err, otlp.ErrNoProfiles) {
 		return pprofileotlp.NewExportResponse(), nil
@@ -128,6 +142,9 @@ type tracesServer struct {
 }
 
 func (s *tracesServer) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	if err := s.r.admit(); err != nil {
+		return ptraceotlp.NewExportResponse(), err
+	}
 	spans := SpansFromTraces(req.Traces())
 	s.r.store.AddSpans(spans)
 	s.r.log.Debug("received spans", "spans", len(spans))

@@ -112,6 +112,48 @@ type Stats struct {
 	MaxAgeSec  int64  `json:"max_age_seconds"`
 	// Oldest is the receive time of the oldest data in the window.
 	Oldest time.Time `json:"oldest,omitzero"`
+	// Store describes a database store (serve --store); nil for the
+	// in-memory window.
+	Store *StoreStats `json:"store,omitempty"`
+}
+
+// StoreStats is the state of a database store as one serve instance sees
+// it: where it is, whether writes succeed, and what waits or was dropped.
+type StoreStats struct {
+	URL string `json:"url"`
+	// Status is "ok", "connecting" (nothing written yet) or "failing"
+	// (Error says why, since ErrorSince; exports are buffered).
+	Status     string    `json:"status"`
+	Error      string    `json:"error,omitempty"`
+	ErrorSince time.Time `json:"error_since,omitzero"`
+	// BufferedBatches and BufferedBytes wait for the database; past
+	// MaxBufferBytes the oldest are dropped, counted in Dropped*.
+	BufferedBatches int    `json:"buffered_batches"`
+	BufferedBytes   int64  `json:"buffered_bytes"`
+	MaxBufferBytes  int64  `json:"max_buffer_bytes"`
+	DroppedBatches  uint64 `json:"dropped_batches"`
+	DroppedSamples  uint64 `json:"dropped_samples"`
+	DroppedSpans    uint64 `json:"dropped_spans"`
+	// DuplicateBatches counts profile exports received again (an
+	// agent's retry) and not written twice.
+	DuplicateBatches uint64 `json:"duplicate_batches"`
+	// RefusedBusy counts exports refused with UNAVAILABLE while the
+	// buffer was nearly full (the sender retries them).
+	RefusedBusy     uint64    `json:"refused_busy"`
+	ReceivedBatches uint64    `json:"received_batches"`
+	WrittenBatches  uint64    `json:"written_batches"`
+	WrittenSamples  uint64    `json:"written_samples"`
+	WrittenSpans    uint64    `json:"written_spans"`
+	WrittenStacks   uint64    `json:"written_stacks"`
+	FlushErrors     uint64    `json:"flush_errors"`
+	LastFlush       time.Time `json:"last_flush,omitzero"`
+	LastFlushMs     float64   `json:"last_flush_ms"`
+	// TableRows, Stacks and DiskBytes are the tables' as of the last
+	// count, every instance's writes included.
+	TableRows     uint64 `json:"table_rows"`
+	Stacks        uint64 `json:"stacks"`
+	DiskBytes     uint64 `json:"disk_bytes"`
+	RetentionDays int    `json:"retention_days"`
 }
 
 // Store is the window. It is safe for concurrent use.

@@ -119,6 +119,32 @@ func ParseTraceID(s string) ([16]byte, error) {
 // neither a span nor a sample of it.
 func (s *Store) Trace(id [16]byte) (TraceView, bool) {
 	bs, spans, st := s.snapshot(&id)
+	var events []Event
+	for _, b := range bs {
+		period := b.p.PeriodNanos()
+		for _, i := range b.byTrace[id] {
+			smp := &b.p.Samples[i]
+			events = append(events, Event{Sample: smp, Period: period, Process: b.p.Processes[smp.PID]})
+		}
+	}
+	return BuildTrace(id, spans, events, st)
+}
+
+// Event is one profile sample as the trace views read it: the sample, the
+// on-CPU period of the profile it came in and its process (nil when the
+// profile did not describe it). The in-memory window and other stores
+// hand the same events to BuildTrace, BuildTraces and BuildSpanFlame, so
+// their figures agree.
+type Event struct {
+	Sample  *profile.Sample
+	Period  int64
+	Process *profile.Process
+}
+
+// BuildTrace makes the view of trace id from its exported spans and the
+// events linked to it; ok is false when there are neither. st is the
+// window's line the view carries.
+func BuildTrace(id [16]byte, spans []Span, events []Event, st Stats) (TraceView, bool) {
 	views := map[[8]byte]*SpanView{}
 	windows := map[[8]byte]spanWindow{}
 	for _, sp := range spans {
@@ -137,51 +163,48 @@ func (s *Store) Trace(id [16]byte) (TraceView, bool) {
 		pid, tid uint32
 	}
 	byThread := map[threadKey]int{}
-	for _, b := range bs {
-		period := b.p.PeriodNanos()
-		for _, i := range b.byTrace[id] {
-			smp := &b.p.Samples[i]
-			v := views[smp.Link.SpanID]
-			if v == nil {
-				v = &SpanView{SpanID: smp.Link.SpanIDHex()}
-				views[smp.Link.SpanID] = v
-				procs[smp.Link.SpanID], threads[smp.Link.SpanID] = map[uint32]bool{}, map[uint32]bool{}
-			}
-			if procs[smp.Link.SpanID] == nil {
-				procs[smp.Link.SpanID], threads[smp.Link.SpanID] = map[uint32]bool{}, map[uint32]bool{}
-			}
-			in, out := windows[smp.Link.SpanID].split(smp, period)
-			if in == 0 && out > 0 {
-				v.OutsideSamples++
-				v.OutsideNs += out
-				continue
-			}
+	for _, e := range events {
+		smp, period := e.Sample, e.Period
+		v := views[smp.Link.SpanID]
+		if v == nil {
+			v = &SpanView{SpanID: smp.Link.SpanIDHex()}
+			views[smp.Link.SpanID] = v
+			procs[smp.Link.SpanID], threads[smp.Link.SpanID] = map[uint32]bool{}, map[uint32]bool{}
+		}
+		if procs[smp.Link.SpanID] == nil {
+			procs[smp.Link.SpanID], threads[smp.Link.SpanID] = map[uint32]bool{}, map[uint32]bool{}
+		}
+		in, out := windows[smp.Link.SpanID].split(smp, period)
+		if in == 0 && out > 0 {
+			v.OutsideSamples++
 			v.OutsideNs += out
-			addSample(v, smp, in)
-			tk := threadKey{smp.Link.SpanID, smp.PID, smp.TID}
-			j, ok := byThread[tk]
-			if !ok {
-				j = len(v.ByThread)
-				byThread[tk] = j
-				v.ByThread = append(v.ByThread, ThreadTime{PID: smp.PID, TID: smp.TID, Name: smp.ThreadName})
+			continue
+		}
+		v.OutsideNs += out
+		addSample(v, smp, in)
+		tk := threadKey{smp.Link.SpanID, smp.PID, smp.TID}
+		j, ok := byThread[tk]
+		if !ok {
+			j = len(v.ByThread)
+			byThread[tk] = j
+			v.ByThread = append(v.ByThread, ThreadTime{PID: smp.PID, TID: smp.TID, Name: smp.ThreadName})
+		}
+		if smp.Kind == profile.OffCPU {
+			v.ByThread[j].OffCPUNs += in
+		} else {
+			v.ByThread[j].OnCPUNs += in
+		}
+		if !procs[smp.Link.SpanID][smp.PID] {
+			procs[smp.Link.SpanID][smp.PID] = true
+			ref := ProcessRef{PID: smp.PID}
+			if pr := e.Process; pr != nil {
+				ref.Exe, ref.Service = pr.ExeName, pr.ServiceName
 			}
-			if smp.Kind == profile.OffCPU {
-				v.ByThread[j].OffCPUNs += in
-			} else {
-				v.ByThread[j].OnCPUNs += in
-			}
-			if !procs[smp.Link.SpanID][smp.PID] {
-				procs[smp.Link.SpanID][smp.PID] = true
-				ref := ProcessRef{PID: smp.PID}
-				if pr := b.p.Processes[smp.PID]; pr != nil {
-					ref.Exe, ref.Service = pr.ExeName, pr.ServiceName
-				}
-				v.Processes = append(v.Processes, ref)
-			}
-			if !threads[smp.Link.SpanID][smp.TID] {
-				threads[smp.Link.SpanID][smp.TID] = true
-				v.Threads = append(v.Threads, smp.TID)
-			}
+			v.Processes = append(v.Processes, ref)
+		}
+		if !threads[smp.Link.SpanID][smp.TID] {
+			threads[smp.Link.SpanID][smp.TID] = true
+			v.Threads = append(v.Threads, smp.TID)
 		}
 	}
 	if len(views) == 0 {

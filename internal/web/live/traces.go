@@ -29,6 +29,22 @@ type TraceSummary struct {
 // (all when limit ≤ 0).
 func (s *Store) Traces(limit int) []TraceSummary {
 	bs, spans, _ := s.snapshot(nil)
+	return BuildTraces(spans, func(yield func(trace [16]byte, e Event)) {
+		for _, b := range bs {
+			period := b.p.PeriodNanos()
+			for id, idx := range b.byTrace {
+				for _, i := range idx {
+					yield(id, Event{Sample: &b.p.Samples[i], Period: period})
+				}
+			}
+		}
+	}, limit)
+}
+
+// BuildTraces makes the trace list from exported spans and the linked
+// events that each calls yield with (their Process is not read), newest
+// first, at most limit (all when limit ≤ 0).
+func BuildTraces(spans []Span, events func(yield func(trace [16]byte, e Event)), limit int) []TraceSummary {
 	windows := make(map[spanKey]spanWindow, len(spans))
 	for _, sp := range spans {
 		windows[spanKey{sp.TraceID, sp.SpanID}] = windowOf(sp)
@@ -57,32 +73,27 @@ func (s *Store) Traces(limit int) []TraceSummary {
 		}
 	}
 	sampled := map[spanKey]bool{}
-	for _, b := range bs {
-		period := b.p.PeriodNanos()
-		for id, idx := range b.byTrace {
-			r := row(id)
-			for _, i := range idx {
-				smp := &b.p.Samples[i]
-				k := spanKey{id, smp.Link.SpanID}
-				in, _ := windows[k].split(smp, period)
-				if in == 0 {
-					continue // outside its span's time: the trace view counts it
-				}
-				if !sampled[k] {
-					sampled[k] = true
-					r.SampledSpans++
-				}
-				if smp.Kind == profile.OffCPU {
-					r.OffCPUNs += in
-				} else {
-					r.OnCPUNs += in
-				}
-				if r.Spans == 0 && !smp.Time.IsZero() && (r.Start.IsZero() || smp.Time.Before(r.Start)) {
-					r.Start = smp.Time
-				}
-			}
+	events(func(id [16]byte, e Event) {
+		smp := e.Sample
+		r := row(id)
+		k := spanKey{id, smp.Link.SpanID}
+		in, _ := windows[k].split(smp, e.Period)
+		if in == 0 {
+			return // outside its span's time: the trace view counts it
 		}
-	}
+		if !sampled[k] {
+			sampled[k] = true
+			r.SampledSpans++
+		}
+		if smp.Kind == profile.OffCPU {
+			r.OffCPUNs += in
+		} else {
+			r.OnCPUNs += in
+		}
+		if r.Spans == 0 && !smp.Time.IsZero() && (r.Start.IsZero() || smp.Time.Before(r.Start)) {
+			r.Start = smp.Time
+		}
+	})
 	out := make([]TraceSummary, 0, len(rows))
 	for id, r := range rows {
 		if e := ends[id]; !e.IsZero() {
@@ -124,6 +135,22 @@ func (n *FlameNode) child(name string) *FlameNode {
 // exported time.
 func (s *Store) SpanFlame(trace [16]byte, span [8]byte, k profile.Kind) *FlameNode {
 	bs, spans, _ := s.snapshot(&trace)
+	var events []Event
+	for _, b := range bs {
+		period := b.p.PeriodNanos()
+		for _, i := range b.byTrace[trace] {
+			smp := &b.p.Samples[i]
+			if smp.Link.SpanID == span && smp.Kind == k {
+				events = append(events, Event{Sample: smp, Period: period, Process: b.p.Processes[smp.PID]})
+			}
+		}
+	}
+	return BuildSpanFlame(span, spans, events, k)
+}
+
+// BuildSpanFlame makes SpanFlame's graph from the trace's exported spans
+// and its events; events of other spans or kinds are skipped.
+func BuildSpanFlame(span [8]byte, spans []Span, events []Event, k profile.Kind) *FlameNode {
 	var w spanWindow
 	for _, sp := range spans {
 		if sp.SpanID == span {
@@ -131,28 +158,25 @@ func (s *Store) SpanFlame(trace [16]byte, span [8]byte, k profile.Kind) *FlameNo
 		}
 	}
 	root := &FlameNode{Name: "all"}
-	for _, b := range bs {
-		period := b.p.PeriodNanos()
-		for _, i := range b.byTrace[trace] {
-			smp := &b.p.Samples[i]
-			if smp.Link.SpanID != span || smp.Kind != k {
-				continue
-			}
-			v, _ := w.split(smp, period)
-			if v == 0 {
-				continue
-			}
-			root.Value += v
-			proc := fmt.Sprintf("pid %d", smp.PID)
-			if pr := b.p.Processes[smp.PID]; pr != nil && pr.ExeName != "" {
-				proc = fmt.Sprintf("%s %d", pr.ExeName, smp.PID)
-			}
-			n := root.child(proc)
+	for _, e := range events {
+		smp := e.Sample
+		if smp.Link.SpanID != span || smp.Kind != k {
+			continue
+		}
+		v, _ := w.split(smp, e.Period)
+		if v == 0 {
+			continue
+		}
+		root.Value += v
+		proc := fmt.Sprintf("pid %d", smp.PID)
+		if pr := e.Process; pr != nil && pr.ExeName != "" {
+			proc = fmt.Sprintf("%s %d", pr.ExeName, smp.PID)
+		}
+		n := root.child(proc)
+		n.Value += v
+		for j := len(smp.Frames) - 1; j >= 0; j-- {
+			n = n.child(frameName(smp.Frames[j]))
 			n.Value += v
-			for j := len(smp.Frames) - 1; j >= 0; j-- {
-				n = n.child(frameName(smp.Frames[j]))
-				n.Value += v
-			}
 		}
 	}
 	sortFlame(root)

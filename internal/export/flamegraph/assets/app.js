@@ -294,7 +294,13 @@
     $('status').before(el);
     let seen = null;
     const tick = () => fetch('/api/window', {cache: 'no-store'}).then((r) => r.json()).then((w) => {
-      text.textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples, ' +
+      if (w.store) {
+        const s = w.store;
+        text.textContent = 'store ' + s.url + ': ' + s.status.toUpperCase() + ' · ' + w.samples.toLocaleString('en-US') + ' samples, ' +
+          w.spans.toLocaleString('en-US') + ' spans · buffered ' + s.buffered_batches + ' exports, dropped ' +
+          s.dropped_samples.toLocaleString('en-US') + ' samples, ' + s.dropped_spans.toLocaleString('en-US') + ' spans' +
+          (s.error ? ' · failing since ' + s.error_since + ': ' + s.error : '');
+      } else text.textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples, ' +
         w.spans.toLocaleString('en-US') + ' spans, ' + w.traces.toLocaleString('en-US') + ' traces · evicted ' +
         (w.evicted_samples_size + w.evicted_samples_age).toLocaleString('en-US') + ' samples, ' +
         (w.evicted_spans_size + w.evicted_spans_age).toLocaleString('en-US') + ' spans' +

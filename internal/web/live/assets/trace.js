@@ -171,6 +171,11 @@
 
   function showWindow(w) {
     const mib = (n) => (n / 1048576).toFixed(0) + ' MiB';
+    if (w.store) {
+      $('window').textContent = storeLine(w);
+      $('window').classList.toggle('failing', w.store.status !== 'ok');
+      return;
+    }
     $('window').textContent = 'live window: ' + w.samples.toLocaleString('en-US') + ' samples (' + mib(w.bytes) + '), ' +
       w.spans.toLocaleString('en-US') + ' spans, ' + w.traces.toLocaleString('en-US') + ' traces · evicted ' +
       (w.evicted_samples_size + w.evicted_samples_bytes + w.evicted_samples_age).toLocaleString('en-US') + ' samples, ' +
@@ -178,7 +183,19 @@
       w.max_samples.toLocaleString('en-US') + ' samples, ' + mib(w.max_bytes) + ', ' + w.max_spans.toLocaleString('en-US') + ' spans, ' +
       w.max_age_seconds + ' s)' + (w.rejected ? ' · rejected ' + w.rejected + ' exports' : '');
   }
-
+  // storeLine is the line of a database store (serve --store): its
+  // tables, this instance's buffer and drops, and what is wrong.
+  function storeLine(w) {
+    const s = w.store;
+    const n = (v) => v.toLocaleString('en-US');
+    let t = 'store ' + s.url + ': ' + s.status.toUpperCase() + ' · ' + n(w.samples) + ' samples, ' + n(w.spans) + ' spans, ' +
+      n(w.traces) + ' traces, ' + (s.disk_bytes / 1048576).toFixed(1) + ' MiB on disk · buffered ' + n(s.buffered_batches) +
+      ' exports (' + (s.buffered_bytes / 1048576).toFixed(1) + ' of ' + (s.max_buffer_bytes / 1048576).toFixed(0) + ' MiB), dropped ' +
+      n(s.dropped_samples) + ' samples, ' + n(s.dropped_spans) + ' spans, ' + n(s.duplicate_batches) + ' retried exports not counted twice';
+    if (s.error) t += ' · failing since ' + s.error_since + ': ' + s.error;
+    if (w.rejected) t += ' · rejected ' + w.rejected + ' exports';
+    return t;
+  }
   let version = null;
   function load() {
     const t = performance.now();
