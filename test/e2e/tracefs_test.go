@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // exitSeesMM is whether the running kernel fires sched_process_exit
@@ -30,7 +32,7 @@ func exitSeesMM(t *testing.T) bool {
 // tracepoint whenever tracefs is there, says what to run when it cannot
 // mount, and warns about kernels before 6.16 only on such a kernel.
 func TestRecordTracefs(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare (util-linux) not installed")
 	}

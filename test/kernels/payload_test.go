@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // fixtures are the C programs the workload runs, by testdata directory.
@@ -50,13 +52,12 @@ func buildPayload(root string, a arch) (string, error) {
 		all["tracectx"] = append(slices.Clone(all["tracectx"]), amd64CtxFixtures...)
 	}
 	for sub, names := range all {
-		args := []string{"-C", filepath.Join(repoRoot, "testdata", sub)}
-		args = append(args, a.fixtureVars...)
+		args := slices.Clone(a.fixtureVars)
 		for _, n := range names {
 			args = append(args, a.fixtureOut+"/"+n)
 		}
-		if out, err := exec.Command("make", args...).CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build %s fixtures for %s: %v\n%s", sub, a.goarch, err, out)
+		if _, err := testutil.BuildFixtures(sub, args...); err != nil {
+			return "", fmt.Errorf("build %s fixtures for %s: %w", sub, a.goarch, err)
 		}
 		for _, n := range names {
 			b, err := os.ReadFile(filepath.Join(repoRoot, "testdata", sub, a.fixtureOut, n))

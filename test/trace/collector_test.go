@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // The two-service example (make demo-trace): goservice (OpenTelemetry Go
@@ -60,9 +62,7 @@ func collectorBin(t *testing.T, root, dir string) string {
 }
 
 func TestTwoServicesThroughCollector(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skip: profiling needs root")
-	}
+	testutil.RequireRoot(t, "skip: profiling needs root")
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		t.Skip("skip: no BTF at /sys/kernel/btf/vmlinux")
 	}

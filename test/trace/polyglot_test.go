@@ -19,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/web/live"
 	gt "github.com/spanprof/spanprof/test/truth"
 )
@@ -140,9 +141,7 @@ func pyenvPython(versions ...string) string {
 }
 
 func TestThreeServicesPolyglot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skip: profiling needs root")
-	}
+	testutil.RequireRoot(t, "skip: profiling needs root")
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		t.Skip("skip: no BTF at /sys/kernel/btf/vmlinux")
 	}
