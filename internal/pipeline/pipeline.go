@@ -90,6 +90,12 @@ type Parts struct {
 	Kernel collect.KernelSymbols
 	// Correlator is nil when trace context is not read.
 	Correlator Correlator
+	// ProcRoot is where the default tracker and the JIT perf maps read
+	// the processes ("/proc" when empty), and ReadMemory reads the code
+	// of their JIT regions (/proc/PID/mem when nil): a replay
+	// (test/replay) gives recorded ones.
+	ProcRoot   string
+	ReadMemory collect.MemoryReader
 }
 
 // Pipeline is one tracker, symbolization, collector, trace-context
@@ -174,11 +180,15 @@ func newProcessWindow() uint32 {
 func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	log := logger(cfg.Logger)
 	p := &Pipeline{Source: src, Tracker: parts.Tracker, Correlator: parts.Correlator, cfg: cfg, log: log}
+	procRoot := parts.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
 	if p.Tracker == nil {
-		p.Tracker = proc.NewTracker("/proc", log)
+		p.Tracker = proc.NewTracker(procRoot, log)
 		p.closers = append(p.closers, p.Tracker.Close)
 	}
-	sym, err := NewSymbols(cfg.Symbolization, cfg.Budget, log)
+	sym, err := newSymbols(cfg.Symbolization, cfg.Budget, procRoot, log)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -191,7 +201,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	p.Tables = tables
 	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.Tracker, Logger: log,
 		Symbolizer: sym.Symbolizer, Mode: sym.Mode, PerfMaps: sym.JIT.Cache,
-		Leaf: &collect.CFILeafFixer{Tables: tables}}
+		Leaf: &collect.CFILeafFixer{Tables: tables, ReadMemory: parts.ReadMemory}}
 	if parts.Kernel != nil {
 		opts.Kernel = parts.Kernel
 	} else if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {
