@@ -329,6 +329,7 @@ func uniqueStacks(p *profile.Profile) *profile.Profile {
 // TestLargeProfile measures the render of 100k events; the numbers are
 // logged, not asserted, because they depend on the machine.
 func TestLargeProfile(t *testing.T) {
+	testutil.RequireLong(t, "renders 100k events in chromium")
 	const n = 100_000
 	big := exporttest.Synthetic(n)
 	p := newPage(t, static("synthetic.otlp.pb", big), static("unique.otlp.pb", uniqueStacks(exporttest.Synthetic(n))))

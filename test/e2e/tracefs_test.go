@@ -14,13 +14,9 @@ import (
 // exitSeesMM is whether the running kernel fires sched_process_exit
 // before exit_mm() (Linux 6.16 on).
 func exitSeesMM(t *testing.T) bool {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
+	maj, min, err := testutil.KernelRelease()
+	if err != nil {
 		t.Fatal(err)
-	}
-	var maj, min int
-	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &maj, &min); err != nil {
-		t.Fatalf("parse kernel release: %v", err)
 	}
 	return maj > 6 || maj == 6 && min >= 16
 }
