@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// These mirror offcpu_sampled and offcpu_weighted of bpf/offcpu.h in the
+// These mirror offcpu_sampled and offcpu_weighted of bpf/lib/offcpu.h in the
 // same integer arithmetic, so the estimator can be checked without a
 // kernel; the end-to-end test checks the kernel's copy against ground truth.
 func offCPUSampled(u uint32, cycle, t uint64) bool {

@@ -559,7 +559,7 @@ func checkWindowTimes(t *testing.T, svc string, samples []gt.Sample, spans []spa
 						continue
 					}
 					// An off-CPU event's time is when the thread ran
-					// again (bpf/offcpu.h stamps the record at switch-in);
+					// again (bpf/lib/offcpu.h stamps the record at switch-in);
 					// its value is how long it stayed off.
 					b0 := t0 - s.Values[i]
 					w0, w1 := max(b0, sp.start), min(t0, sp.end)
