@@ -98,3 +98,31 @@ func SkipOnOldKernel(t testing.TB, major, minor int, what string) {
 		t.Skipf("kernel %d.%d lacks %s (since %d.%d)", ma, mi, what, major, minor)
 	}
 }
+
+// ReadBudget reads a file of "NAME NUMBER" lines (# starts a comment),
+// such as bpf/verified-insns.txt.
+func ReadBudget(path string) (map[string]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for i, l := range strings.Split(string(b), "\n") {
+		if j := strings.IndexByte(l, '#'); j >= 0 {
+			l = l[:j]
+		}
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%s:%d: want NAME NUMBER, got %q", path, i+1, l)
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, i+1, err)
+		}
+		out[f[0]] = n
+	}
+	return out, nil
+}

@@ -38,6 +38,7 @@ func buildPayload(root string, a arch) (string, error) {
 		"spanprof":   {".", "./cmd/spanprof"},
 		"sink":       {".", "./test/kernels/sink"},
 		"flip":       {".", "./test/kernels/flip"},
+		"insns":      {".", "./test/kernels/insns"},
 		"go-service": {"testdata/golabels/service", "."},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg[1])
@@ -46,6 +47,14 @@ func buildPayload(root string, a arch) (string, error) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("build %s for %s: %v\n%s", name, a.goarch, err, out)
 		}
+	}
+	// The in-kernel tests of the BPF helpers (bpf/helpertest), run by
+	// guest.sh's helpers step.
+	cmd := exec.Command("go", "test", "-c", "-o", filepath.Join(dir, "helpertest"), "./bpf/helpertest")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+a.goarch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the helper tests for %s: %v\n%s", a.goarch, err, out)
 	}
 	all := maps.Clone(fixtures)
 	if a.goarch == "amd64" {
