@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // writeELFStubs writes each path as a file starting with the ELF magic:
@@ -55,7 +53,6 @@ func fakeProc(t *testing.T, procRoot string, pid int, files ...string) {
 // files hold two handles, not one per process and mapping, and the
 // handles close once the last process is forgotten.
 func TestReliabilityChurnSharesFiles(t *testing.T) {
-	testutil.RequireLong(t, "reads a thousand processes")
 	tmp := t.TempDir()
 	exe, lib := filepath.Join(tmp, "exe"), filepath.Join(tmp, "lib.so")
 	writeELFStubs(t, exe, lib)

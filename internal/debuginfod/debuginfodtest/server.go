@@ -41,7 +41,6 @@ func Start(t testing.TB, dir string, want ...string) *Server {
 		t.Skip("debuginfod not installed (Debian package debuginfod)")
 	}
 	testutil.RequireRoot(t, "needs root for a network namespace of the debuginfod server")
-	testutil.RequireLong(t, "starts a debuginfod server")
 	db := filepath.Join(t.TempDir(), "db.sqlite")
 	script := "ip link set lo up && exec debuginfod -F -p 8002 -d " + db + " -t 0 -g 0 " + dir
 	cmd := exec.Command("unshare", "--net", "--", "sh", "-c", script)
