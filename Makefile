@@ -24,7 +24,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg clickhouse-
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/web/live/chstore ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test vet demo demo-trace demo-trace-clickhouse demo-polyglot bench bench-serve bench-serve-store soak kernels clean \
+.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test unit vet demo demo-trace demo-trace-clickhouse demo-polyglot bench bench-serve bench-serve-store soak kernels clean \
 	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
@@ -210,6 +210,16 @@ test: deps clickhouse-deps check-generated vet java-sdk python-sdk-test tracewor
 	$(GO) test -race -short -count=1 -p 1 -timeout 20m $(RACE_PKGS)
 	cd sdk/go && $(GO) vet ./... && $(GO) test -count=1 ./...
 	$(MAKE) -s java-sdk-test
+
+# The tests a change needs first, without root, in a minute or two with a
+# warm build cache (README): go test -short, where every test that loads
+# eBPF programs, starts a JVM, a browser or a network service, or runs
+# for long skips and says why. The replay corpus (testdata/replay,
+# test/replay) runs here: recorded kernel event streams of C, Go, JVM and
+# CPython stacks through the pipeline, against their expected folded
+# stacks. Needs gcc and clang-19 for the C fixtures.
+unit:
+	$(GO) test -short -count=1 ./...
 
 # sdk/java: the OpenTelemetry Java agent extension (and SDK wrapper) that
 # publishes each thread's span; Maven fetches the pinned plugins,

@@ -52,6 +52,7 @@ var stages = map[string]int{
 	"internal/perfmap":           base,
 	"internal/tracectx":          base,
 	"internal/gowait/gowaittest": base,
+	"internal/testutil":          base,
 
 	"bpf": kernel,
 

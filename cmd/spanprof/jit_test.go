@@ -13,6 +13,7 @@ import (
 	gpprof "github.com/google/pprof/profile"
 
 	"github.com/spanprof/spanprof/internal/jvm/jvmtest"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestRecordChild is the spanprof process the JIT tests run: record drops
@@ -38,9 +39,7 @@ func recordChild(t *testing.T, args ...string) string {
 
 func needSampling(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs and attach to other users' JVMs")
-	}
+	testutil.RequireRoot(t, "needs root to load eBPF programs and attach to other users' JVMs")
 	if _, err := exec.LookPath("java"); err != nil {
 		t.Skip("no java on PATH")
 	}
@@ -181,9 +180,7 @@ func TestRecordJVMOtherUser(t *testing.T) {
 // TestRecordNodeFunctionNames records a real Node.js process started with
 // --perf-basic-prof: its hot function is named from /tmp/perf-PID.map.
 func TestRecordNodeFunctionNames(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("no node on PATH")

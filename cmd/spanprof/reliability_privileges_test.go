@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestReliabilityDropCapabilities drops to the runtime set in a child test
@@ -28,9 +30,7 @@ func TestReliabilityDropCapabilities(t *testing.T) {
 		}
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: drops capabilities it must have first")
-	}
+	testutil.RequireRoot(t, "needs root: drops capabilities it must have first")
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("needs the go command to build the children")
 	}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // The end-to-end test runs the real `spanprof agent` against a real
@@ -38,9 +40,7 @@ service:
 `
 
 func TestAgentE2E(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	if testing.Short() {
 		t.Skip("builds the collector and runs for about 15s")
 	}
@@ -48,8 +48,8 @@ func TestAgentE2E(t *testing.T) {
 	dir := t.TempDir()
 	col := buildTestCollector(t, root)
 	bin := buildSpanprof(t, root)
-	run(t, root, "make", "-C", "testdata/fixtures")
-	run(t, root, "make", "-C", "testdata/tracectx")
+	testutil.Fixtures(t, "fixtures", nil)
+	testutil.Fixtures(t, "tracectx", nil)
 	chainPath := filepath.Join(root, "testdata", "fixtures", "build", "chain-clang")
 	workPath := filepath.Join(root, "testdata", "tracectx", "build", "workload-clang")
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/jvm/jvmtest"
 	"github.com/spanprof/spanprof/internal/pipeline"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // hotJVM is a running internal/jvm testdata Hot.java.
@@ -147,9 +148,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 // as in a container, where its socket and map are
 // /proc/PID/root/tmp/.java_pid1 and perf-1.map.
 func TestAgentJVMMethodNames(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("java"); err != nil {
 		t.Skip("no java on PATH")
 	}

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 const fixtures = "../../testdata/check"
@@ -21,16 +23,10 @@ const fixtures = "../../testdata/check"
 var fixtureErr error
 
 func TestMain(m *testing.M) {
-	for _, cc := range []string{"gcc", "clang-19", "make", "strip", "objcopy"} {
-		if _, err := exec.LookPath(cc); err != nil {
-			fixtureErr = fmt.Errorf("skip: %s not installed", cc)
-		}
-	}
-	if fixtureErr == nil {
-		out, err := exec.Command("make", "-s", "-C", fixtures).CombinedOutput()
-		if err != nil {
-			fixtureErr = fmt.Errorf("make -C %s: %v\n%s", fixtures, err, out)
-		}
+	if m := testutil.MissingTool("gcc", "clang-19", "make", "strip", "objcopy"); m != "" {
+		fixtureErr = fmt.Errorf("skip: %s", m)
+	} else if _, err := testutil.BuildFixtures("check"); err != nil {
+		fixtureErr = err
 	}
 	os.Exit(m.Run())
 }

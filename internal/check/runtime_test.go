@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // startRuntime starts a real runtime process and waits until it runs its
@@ -56,6 +58,7 @@ func startRuntime(t *testing.T, lib string, env []string, name string, args ...s
 // TestRuntimeFlagsLive checks real JVM, Node.js and Python processes with
 // and without their profiling flags, in every output format.
 func TestRuntimeFlagsLive(t *testing.T) {
+	testutil.RequireLong(t, "starts JVMs, Node and CPython")
 	dir := t.TempDir()
 	sleepJava := filepath.Join(dir, "Sleep.java")
 	if err := os.WriteFile(sleepJava, []byte("public class Sleep { public static void main(String[] a) throws Exception { Thread.sleep(60000); } }\n"), 0o644); err != nil {

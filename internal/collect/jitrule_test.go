@@ -28,13 +28,13 @@ func TestReadJITRule(t *testing.T) {
 	copy(mem, []byte{0x48, 0x83, 0xec, 0x08, 0xff, 0xd1, 0x48, 0x83, 0xc4, 0x08, 0xc3, 0x74, 0x02})
 	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
 	p := &proc.Process{PID: uint32(os.Getpid()), Mappings: []proc.Mapping{{Start: base, End: base + 4096}}}
-	if jr := readJITRule(p, base+6); !jr.ok || jr.r != (unwind.Rule{Kind: unwind.SPOffset, Offset: 16}) {
+	if jr := readJITRule(nil, p, base+6); !jr.ok || jr.r != (unwind.Rule{Kind: unwind.SPOffset, Offset: 16}) {
 		t.Errorf("at the return address: %+v, want rsp+16", jr)
 	}
-	if jr := readJITRule(p, base+11); jr.ok {
+	if jr := readJITRule(nil, p, base+11); jr.ok {
 		t.Errorf("at a branch: %+v, want no rule", jr)
 	}
-	if jr := readJITRule(p, base+8192); jr.ok {
+	if jr := readJITRule(nil, p, base+8192); jr.ok {
 		t.Errorf("outside the mapping: %+v, want no rule", jr)
 	}
 }

@@ -28,6 +28,10 @@ import (
 // wait for the profile to be built.
 type CFILeafFixer struct {
 	Tables *unwind.Cache
+	// ReadMemory reads a process's memory at addr into b, for the code
+	// of JIT regions; nil reads /proc/PID/mem. A replay (test/replay)
+	// reads the code it recorded.
+	ReadMemory MemoryReader
 
 	mu       sync.Mutex
 	seedInit sync.Once
@@ -286,7 +290,7 @@ func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) 
 			return jr.r, jr.ok
 		}
 		f.mu.Unlock()
-		jr := readJITRule(p, pc)
+		jr := readJITRule(f.ReadMemory, p, pc)
 		f.mu.Lock()
 		if f.jitRules == nil || len(f.jitRules) >= maxJITRules {
 			f.jitRules = map[jitKey]jitRule{}
@@ -336,21 +340,35 @@ func (f *CFILeafFixer) remember(k leafKey, off uint64, r unwind.Rule) map[uint64
 // unwind.EpilogueRule reads it: x86-64 instructions.
 var decodeJIT = runtime.GOARCH == "amd64"
 
+// MemoryReader reads the memory of process pid at addr into b and
+// returns how many bytes it read.
+type MemoryReader func(pid uint32, addr uint64, b []byte) (int, error)
+
+// ReadProcMemory reads /proc/PID/mem.
+func ReadProcMemory(pid uint32, addr uint64, b []byte) (int, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return f.ReadAt(b, int64(addr))
+}
+
 // readJITRule reads the code of p at pc, up to the end of its mapping,
 // and decodes the rule there from its instructions (unwind.EpilogueRule).
-func readJITRule(p *proc.Process, pc uint64) jitRule {
+func readJITRule(read MemoryReader, p *proc.Process, pc uint64) jitRule {
 	m := p.Find(pc)
 	if m == nil {
 		return jitRule{}
 	}
-	n := min(uint64(unwind.MaxEpilogue), m.End-pc)
-	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", p.PID))
-	if err != nil {
+	if read == nil {
+		read = ReadProcMemory
+	}
+	code := make([]byte, min(uint64(unwind.MaxEpilogue), m.End-pc))
+	got, err := read(p.PID, pc, code)
+	if got == 0 && err != nil {
 		return jitRule{}
 	}
-	defer f.Close()
-	code := make([]byte, n)
-	got, _ := f.ReadAt(code, int64(pc))
 	r, ok := unwind.EpilogueRule(code[:got])
 	return jitRule{r, ok}
 }

@@ -405,7 +405,7 @@ func (w *Watcher) inspect(pid uint32, prev scanSum, fresh bool) (inspected, erro
 		ctxAddr: pi.ContextAddr, ctxPublished: pi.ContextPublishedAt}, nil
 }
 
-// nodeConfig is the proc_config part of the Node.js walk (bpf/nodectx.h),
+// nodeConfig is the proc_config part of the Node.js walk (bpf/lib/nodectx.h),
 // with the layout tracectx.DefaultNodeLayout reads; false when the process
 // has no discovery struct or it is where the walk does not read (musl).
 func nodeConfig(l tracectx.Location) (nc bpf.SamplerNodeCtxConfig, ok bool) {

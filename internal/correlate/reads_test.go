@@ -12,6 +12,7 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/tracectx"
 )
 
@@ -34,9 +35,7 @@ func (r *countingReads) ProcRead(pid uint32) *tracectx.ProcRead {
 // "checkout" and returns its pid once its maps are stable; root only.
 func startCheckout(t *testing.T) uint32 {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("reading another process's memory needs root")
-	}
+	testutil.RequireRoot(t, "reading another process's memory needs root")
 	cmd := exec.Command("sleep", "30")
 	cmd.Env = []string{"OTEL_SERVICE_NAME=checkout"}
 	if err := cmd.Start(); err != nil {

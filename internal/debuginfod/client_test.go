@@ -13,17 +13,13 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/debuginfod/debuginfodtest"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 var fixtures = filepath.Join("..", "..", "testdata", "symbolize", "build")
 
 func TestMain(m *testing.M) {
-	cmd := exec.Command("make", "-s", "-C", filepath.Join("..", "..", "testdata", "symbolize"))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		os.Stderr.WriteString("build fixtures: " + err.Error() + "\n")
-		os.Exit(1)
-	}
+	testutil.MustBuildFixtures("symbolize")
 	os.Exit(m.Run())
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/spanprof/spanprof/internal/gowait/gowaittest"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // serviceFixture builds testdata/gowait/service once per test binary.
@@ -27,9 +28,7 @@ func startService(t testing.TB, args ...string) (*exec.Cmd, io.WriteCloser) {
 
 func requirePtrace(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("reading another process's memory needs root or CAP_SYS_PTRACE")
-	}
+	testutil.RequireRoot(t, "reading another process's memory needs root or CAP_SYS_PTRACE")
 }
 
 // spanTruth is one line of the fixture's ground truth.

@@ -40,13 +40,14 @@ type Maps struct {
 	stop  chan struct{}
 }
 
-// New returns the maps; askJVMs turns on the JVM requests.
-func New(askJVMs bool, log *slog.Logger) *Maps {
+// New returns the maps, read through procRoot ("/proc" when empty);
+// askJVMs turns on the JVM requests.
+func New(procRoot string, askJVMs bool, log *slog.Logger) *Maps {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Maps{log: log, pids: map[uint32]bool{}, exited: map[uint32]time.Time{}, asked: map[uint32]bool{}}
-	opts := perfmap.Options{}
+	opts := perfmap.Options{ProcRoot: procRoot}
 	if askJVMs {
 		// The cache reads each version a JVM writes before the next one
 		// replaces it, and an address in no entry asks the JVM again.

@@ -14,6 +14,7 @@ import (
 	"github.com/spanprof/spanprof/internal/gowait/gowaittest"
 	"github.com/spanprof/spanprof/internal/profile"
 	"github.com/spanprof/spanprof/internal/sampler"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // goBinary is a Go binary other than the test's: the go command.
@@ -34,9 +35,7 @@ func goBinary() (string, error) {
 // collector names the parked goroutines' frames and keeps the runtime's
 // wait reasons.
 func TestGoWaitRecordsGoThroughTheConsumer(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("reading another process's memory needs root or CAP_SYS_PTRACE")
-	}
+	testutil.RequireRoot(t, "reading another process's memory needs root or CAP_SYS_PTRACE")
 	cmd, stdin := gowaittest.Start(t, "-duration", "10s", "-out", filepath.Join(t.TempDir(), "truth"))
 	pid := cmd.Process.Pid
 	if _, err := stdin.Write([]byte("go\n")); err != nil { // its spans start
@@ -109,9 +108,7 @@ func TestGoWaitRecordsGoThroughTheConsumer(t *testing.T) {
 // it, and Drain hands every sample to the collector, whose profile names
 // the process as the tracker read it.
 func TestOpenSamplesABusyChild(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loading the sampler needs root or CAP_BPF+CAP_PERFMON")
-	}
+	testutil.RequireRoot(t, "loading the sampler needs root or CAP_BPF+CAP_PERFMON")
 	child := exec.Command("sh", "-c", "while :; do :; done")
 	if err := child.Start(); err != nil {
 		t.Fatal(err)

@@ -97,6 +97,12 @@ type Parts struct {
 	Kernel collect.KernelSymbols
 	// Correlator is nil when trace context is not read.
 	Correlator Correlator
+	// ProcRoot is where the default tracker and the JIT perf maps read
+	// the processes ("/proc" when empty), and ReadMemory reads the code
+	// of their JIT regions (/proc/PID/mem when nil): a replay
+	// (test/replay) gives recorded ones.
+	ProcRoot   string
+	ReadMemory collect.MemoryReader
 }
 
 // Pipeline is one tracker, symbolization, collector, trace-context
@@ -192,8 +198,12 @@ func newProcessWindow() uint32 {
 func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	log := logger(cfg.Logger)
 	p := &Pipeline{source: src, tracker: parts.Tracker, correlator: parts.Correlator, cfg: cfg, log: log}
+	procRoot := parts.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
 	if p.tracker == nil {
-		p.tracker = proc.NewTracker("/proc", log)
+		p.tracker = proc.NewTracker(procRoot, log)
 		p.closers = append(p.closers, p.tracker.Close)
 	}
 	if len(cfg.Executables) > 0 {
@@ -202,7 +212,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 			p.execs[e] = true
 		}
 	}
-	sym, err := NewSymbols(cfg.Symbolization, cfg.Budget, log)
+	sym, err := newSymbols(cfg.Symbolization, cfg.Budget, procRoot, log)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -215,7 +225,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	p.tables = tables
 	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.tracker, Logger: log,
 		Symbolizer: sym.Symbolizer, Mode: sym.Mode, PerfMaps: sym.JIT.Cache,
-		Leaf: &collect.CFILeafFixer{Tables: tables}}
+		Leaf: &collect.CFILeafFixer{Tables: tables, ReadMemory: parts.ReadMemory}}
 	if parts.Kernel != nil {
 		opts.Kernel = parts.Kernel
 	} else if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {

@@ -24,6 +24,10 @@ type Symbolization struct {
 	DebuginfodURLs []string
 	// NoJVMPerfmap stops asking running JVMs to write their perf maps.
 	NoJVMPerfmap bool
+	// OnlyDebugDirs searches DebugDirs alone, not /usr/lib/debug: a
+	// replay (test/replay) symbolizes with the files it recorded,
+	// whatever debug files the machine has installed.
+	OnlyDebugDirs bool
 }
 
 // Budget bounds what the pipeline holds in memory, and where it spills.
@@ -106,8 +110,17 @@ type Symbols struct {
 // Frames of binaries whose debug file is still being fetched keep
 // module+offset and build ID until the fetch ends.
 func NewSymbols(cfg Symbolization, b Budget, log *slog.Logger) (*Symbols, error) {
-	s := &Symbols{Mode: cfg.Mode, JIT: jit.New(!cfg.NoJVMPerfmap && cfg.Mode != symbolize.ModeNone, log)}
-	opts := symbolize.Options{Mode: cfg.Mode, DebugDirs: append(append([]string{}, cfg.DebugDirs...), "/usr/lib/debug"),
+	return newSymbols(cfg, b, "", log)
+}
+
+// newSymbols is NewSymbols with the JIT perf maps read through procRoot.
+func newSymbols(cfg Symbolization, b Budget, procRoot string, log *slog.Logger) (*Symbols, error) {
+	s := &Symbols{Mode: cfg.Mode, JIT: jit.New(procRoot, !cfg.NoJVMPerfmap && cfg.Mode != symbolize.ModeNone, log)}
+	dirs := append([]string{}, cfg.DebugDirs...)
+	if !cfg.OnlyDebugDirs {
+		dirs = append(dirs, "/usr/lib/debug")
+	}
+	opts := symbolize.Options{Mode: cfg.Mode, DebugDirs: dirs,
 		DWARFSpillDir: b.DWARFSpillDir, MaxBytes: b.SymbolBytes()}
 	if cfg.Mode == symbolize.ModeFull && len(cfg.DebuginfodURLs) > 0 {
 		c, err := debuginfod.New(debuginfod.Options{URLs: cfg.DebuginfodURLs, Verify: symbolize.VerifyDebugFile, Logger: log})

@@ -15,13 +15,14 @@ import (
 
 	"github.com/spanprof/spanprof/bpf"
 	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // startExitMaps loads the sampler with the exit capture, or skips when the
 // kernel cannot run it.
 func startExitMaps(t *testing.T) *Sampler {
 	t.Helper()
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	s, err := New(Options{Frequency: 99})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func TestExitMapsKilled(t *testing.T) {
 // TestExitMapsOptional loads exit-capture programs the verifier rejects:
 // the error says so, and the sampler keeps running without them.
 func TestExitMapsOptional(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	s, err := New(Options{Frequency: 99})
 	if err != nil {
 		t.Fatal(err)

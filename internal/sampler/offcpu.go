@@ -31,7 +31,7 @@ type OffCPUOptions struct {
 	// Threshold is T in q = min(1, cycle/T), where cycle is the time since
 	// the thread's previous blocking switch-out; each captured wait is
 	// emitted with value blocked/q so that totals stay unbiased (see
-	// bpf/offcpu.h). Zero means DefaultOffCPUThreshold; 1ns records every
+	// bpf/lib/offcpu.h). Zero means DefaultOffCPUThreshold; 1ns records every
 	// wait.
 	Threshold time.Duration
 }

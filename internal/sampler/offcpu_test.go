@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestOffCPUPipeWait blocks a child shell in read(2) on a pipe for a known
@@ -13,7 +15,7 @@ import (
 // seen for the first time is captured with probability 1, so the record
 // carries the exact duration.
 func TestOffCPUPipeWait(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	cmd := exec.Command("sh", "-c", "read a; read b")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // spinThenExec are processes that spin in one image, then exec bash
@@ -44,7 +45,7 @@ threading.Thread(target=ex).start()
 // event carries the process as the reader read it at decode, which the
 // tracker applies to the new image.
 func TestStreamOrderAroundExec(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	for _, tt := range spinThenExec {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := exec.LookPath(tt.argv[0]); err != nil {

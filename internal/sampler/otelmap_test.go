@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestOTelMap pins a traces_ctx_v1 map the way the OTel eBPF
@@ -20,7 +21,7 @@ import (
 // programs read the child's span from it; a map of another layout is left
 // alone and the sampler still loads.
 func TestOTelMap(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	if err := ensureBPFFS(PinDir); err != nil {
 		t.Skipf("no BPF file system to pin in: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/proc"
 	"github.com/spanprof/spanprof/internal/symbolize"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // execFunctions are kernel functions of an exec, from the system call to
@@ -23,7 +24,7 @@ var execFunctions = []string{"__x64_sys_execve", "do_execveat_common", "bprm_exe
 // and their user instruction pointer lies in this process's code, not in
 // the new image. Samples outside an exec are never flagged.
 func TestPreExecFlagInsideExecve(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	ks, err := symbolize.LoadKallsyms("/proc/kallsyms")
 	if err != nil || ks.Len() == 0 {
 		t.Skipf("kernel symbols unreadable (%v): samples inside execve cannot be told", err)

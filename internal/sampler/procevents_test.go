@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spanprof/spanprof/internal/proc"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // trackerExec is the tracker as the reader calls it at an exec (the
@@ -53,7 +54,7 @@ func (c *execCalls) PlaceExec(pid uint32, at time.Time, img *ExecImage) ExecRead
 // process that execs again before the reader comes has its first image
 // placed the same way, and the read goes to its last exec.
 func TestShortLivedExecsWaitForThePoll(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	tr := proc.NewTracker("/proc", nil)
 	defer tr.Close()
 	calls := &execCalls{trackerExec: trackerExec{tr}, read: map[uint32]int{}, placed: map[uint32]int{}}
@@ -119,7 +120,7 @@ func TestShortLivedExecsWaitForThePoll(t *testing.T) {
 // after its process's exit is told from that process without /proc: bash
 // forked by this test, and a subshell bash forks and that never execs.
 func TestForkEvents(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	stop := recordEvents(startSampler(t, Options{Frequency: 999}))
 	cmd := exec.Command("/usr/bin/bash", "-c", `( for ((i=0;i<100000;i++)); do :; done ); :`)
 	if err := cmd.Run(); err != nil {

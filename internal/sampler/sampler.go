@@ -132,6 +132,14 @@ func New(opts Options) (*Sampler, error) {
 	if err := opts.OffCPU.validate(); err != nil {
 		return nil, err
 	}
+	// Bad options are refused before privileges are checked, so that
+	// they are told apart from a missing capability.
+	if w := opts.NewProcessWindow; w > WindowMax || w%8 != 0 {
+		return nil, fmt.Errorf("new-process stack window of %d bytes: want a multiple of 8 up to %d", w, WindowMax)
+	}
+	if n := opts.RingBytes; n != 0 && (n < 2<<20 || n&(n-1) != 0) {
+		return nil, fmt.Errorf("ring buffer of %d bytes: want a power of two of at least 2 MiB", n)
+	}
 	if err := Preflight(); err != nil {
 		return nil, err
 	}
@@ -148,9 +156,6 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("set self_tgid: %w", err)
 	}
 	if w := opts.NewProcessWindow; w != 0 {
-		if w > WindowMax || w%8 != 0 {
-			return nil, fmt.Errorf("new-process stack window of %d bytes: want a multiple of 8 up to %d", w, WindowMax)
-		}
 		if err := spec.Variables[bpf.SamplerVarNewProcessWindow].Set(w); err != nil {
 			return nil, fmt.Errorf("set new_process_window: %w", err)
 		}
@@ -164,9 +169,6 @@ func New(opts Options) (*Sampler, error) {
 		}
 	}
 	if n := opts.RingBytes; n != 0 {
-		if n < 2<<20 || n&(n-1) != 0 {
-			return nil, fmt.Errorf("ring buffer of %d bytes: want a power of two of at least 2 MiB", n)
-		}
 		spec.Maps[bpf.SamplerMapSamples].MaxEntries = uint32(n)
 	}
 	collOpts := &ebpf.CollectionOptions{}

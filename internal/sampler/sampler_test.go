@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // cpuTime returns the user+system CPU time of pid from /proc/PID/stat.
@@ -59,17 +61,10 @@ func recordEvents(s *Sampler) (stop func() []Event) {
 	}
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
-}
-
 // TestSamplesBusyChild runs a busy child process and checks the kernel
 // sends samples for it with stacks and a clock close to now.
 func TestSamplesBusyChild(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	cmd := exec.Command("sh", "-c", "while :; do :; done")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -146,7 +141,7 @@ loop:
 // TestCheckFeatures runs the feature probes on this kernel, which has
 // every feature they look for (6.18): none may report one missing.
 func TestCheckFeatures(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	if err := checkFeatures(); err != nil {
 		t.Fatal(err)
 	}

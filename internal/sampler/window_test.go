@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestExeWindow checks the window the kernel copies for a process with no
@@ -14,7 +16,7 @@ import (
 // (SetExeWindow), then the executable's, until the process has its own
 // (SetStackWindow).
 func TestExeWindow(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	cmd := exec.Command("sh", "-c", "while :; do :; done")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

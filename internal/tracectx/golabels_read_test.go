@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // goFakeMem is a sparse little-endian address space for walking label
@@ -204,9 +205,7 @@ var _ io.ReaderAt = goFakeMem(nil)
 // workers leave their threads in the scheduler with m.curg nil: their
 // labels are found through m.lockedg, on the first read.
 func TestReadLabelsLive(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("ptrace and process_vm_readv of another process need root")
-	}
+	testutil.RequireRoot(t, "ptrace and process_vm_readv of another process need root")
 	var builds []goFixtureBuild
 	for _, tc := range goFixtureToolchains {
 		builds = append(builds, goFixtureBuild{toolchain: tc, pkg: "labels"}, goFixtureBuild{toolchain: tc, pkg: "labels", stripped: true})

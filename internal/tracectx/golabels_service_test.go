@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // goSDKToolchains build the SDK service fixture: the SDK needs Go 1.22, so
@@ -63,9 +65,7 @@ type goLabelRead struct {
 // on the thread that worked in it, with the span's name; a read inside the
 // span's inner window (held..released) on its thread should carry the span.
 func TestReadLabelsService(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("ptrace and process_vm_readv of another process need root")
-	}
+	testutil.RequireRoot(t, "ptrace and process_vm_readv of another process need root")
 	for _, tc := range goSDKToolchains {
 		t.Run(tc, func(t *testing.T) {
 			bin := buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "service", stripped: tc != "local"})

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 const fixtureDir = "../../testdata/tracectx"
@@ -24,26 +26,14 @@ var muslMissing string
 // TestMain builds the C fixtures once: `go test ./...` works on a clean
 // checkout with gcc and clang-19 installed.
 func TestMain(m *testing.M) {
-	for _, tool := range []string{"make", "gcc", "g++", "clang-19", "clang++-19"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			fixturesMissing = tool + " not installed"
-		}
-	}
+	fixturesMissing = testutil.MissingTool("make", "gcc", "g++", "clang-19", "clang++-19")
 	if fixturesMissing == "" {
-		cmd := exec.Command("make", "-s", "-C", fixtureDir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build fixtures: %v\n%s", err, out)
-			os.Exit(1)
-		}
+		testutil.MustBuildFixtures("tracectx")
 	}
-	if _, err := exec.LookPath("musl-gcc"); err != nil {
-		muslMissing = "musl-gcc not installed (Debian package musl-tools)"
+	if m := testutil.MissingTool("musl-gcc"); m != "" {
+		muslMissing = m + " (Debian package musl-tools)"
 	} else if fixturesMissing == "" {
-		cmd := exec.Command("make", "-s", "-C", fixtureDir, "musl")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build musl fixtures: %v\n%s", err, out)
-			os.Exit(1)
-		}
+		testutil.MustBuildFixtures("tracectx", "musl")
 	}
 	os.Exit(m.Run())
 }
@@ -58,13 +48,6 @@ func fixture(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("reading another process's memory needs root")
-	}
 }
 
 // probeThread is one "thread" line of tlsprobe.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestScanProbe runs each tlsprobe variant, scans it, and checks that the
@@ -20,7 +22,7 @@ import (
 // itself printed for &otel_thread_ctx_v1, and that the record read from
 // there holds the ids the thread published.
 func TestScanProbe(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "reading another process's memory needs root")
 	tests := []struct {
 		name   string
 		bin    string
@@ -157,7 +159,7 @@ func TestScanProbe(t *testing.T) {
 // TestScanHook checks that the uprobe offset of spanprof_set_trace_context
 // lands on the function's code in the running process.
 func TestScanHook(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "reading another process's memory needs root")
 	bin := fixture(t, "workload-hook")
 	w := startWorkload(t, bin, 2, 1)
 	info, err := Scan(w.pid)

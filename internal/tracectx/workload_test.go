@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 type workload struct {
@@ -155,7 +157,7 @@ func sampleThread(mem *os.File, tid int, loc Location) (threadSample, error) {
 // checks every context read against the workload's ground truth: the
 // user-space model of what the eBPF sampler must achieve.
 func TestWorkloadCorrelation(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "reading another process's memory needs root")
 	tests := []struct {
 		name, bin string
 		kind      LocationKind

@@ -3,7 +3,6 @@ package unwind
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,17 +10,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 var fixtures = filepath.Join("..", "..", "testdata", "symbolize", "build")
 
 func TestMain(m *testing.M) {
-	cmd := exec.Command("make", "-s", "-C", filepath.Join("..", "..", "testdata", "symbolize"))
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build fixtures:", err)
-		os.Exit(1)
-	}
+	testutil.MustBuildFixtures("symbolize")
 	os.Exit(m.Run())
 }
 

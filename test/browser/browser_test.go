@@ -27,6 +27,7 @@ import (
 	"github.com/spanprof/spanprof/internal/export"
 	"github.com/spanprof/spanprof/internal/export/exporttest"
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/web"
 )
 
@@ -43,6 +44,7 @@ type page struct {
 }
 
 func newPage(t *testing.T, sources ...web.Source) *page {
+	testutil.RequireLong(t, "drives chromium")
 	t.Helper()
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skipf("skip: %s not found; install Debian's chromium package (apt-get install -y chromium) to run the browser tests", chromium)
@@ -63,6 +65,7 @@ func newPage(t *testing.T, sources ...web.Source) *page {
 
 // newBrowser starts headless Chromium for pages of the server at base.
 func newBrowser(t *testing.T, base string) *page {
+	testutil.RequireLong(t, "drives chromium")
 	t.Helper()
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skipf("skip: %s not found; install Debian's chromium package (apt-get install -y chromium) to run the browser tests", chromium)
@@ -326,6 +329,7 @@ func uniqueStacks(p *profile.Profile) *profile.Profile {
 // TestLargeProfile measures the render of 100k events; the numbers are
 // logged, not asserted, because they depend on the machine.
 func TestLargeProfile(t *testing.T) {
+	testutil.RequireLong(t, "renders 100k events in chromium")
 	const n = 100_000
 	big := exporttest.Synthetic(n)
 	p := newPage(t, static("synthetic.otlp.pb", big), static("unique.otlp.pb", uniqueStacks(exporttest.Synthetic(n))))

@@ -27,6 +27,7 @@ import (
 
 	"github.com/spanprof/spanprof/internal/export/otlp"
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/web/live"
 )
 
@@ -207,6 +208,7 @@ func (p *page) waitReady(path string) {
 // OTLP/gRPC, then checks what the trace list, one trace view and its span
 // flame graphs show against /api, failing on any page error.
 func TestLiveTracePages(t *testing.T) {
+	testutil.RequireLong(t, "fills a serve with 1,000 traces and drives chromium")
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skipf("skip: %s not found; install Debian's chromium package (apt-get install -y chromium) to run the browser tests", chromium)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // runSpanprof runs the binary and returns stdout, stderr and the exit code.
@@ -36,7 +38,7 @@ func runSpanprof(t *testing.T, args ...string) (string, string, int) {
 // reported at once, in at most two lines (the problem and where the help
 // is), before a program is loaded or a second is spent recording.
 func TestRecordRefusesBeforeSampling(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	tests := []struct {
 		name string
@@ -80,7 +82,7 @@ func TestRecordRefusesBeforeSampling(t *testing.T) {
 // TestHelpAndVersion: "help record" is record's help, on stdout, exit 0;
 // version names the build.
 func TestHelpAndVersion(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	helpCmd, _, code1 := runSpanprof(t, "help", "record")
 	helpFlag, _, code2 := runSpanprof(t, "record", "-h")
 	if code1 != 0 || code2 != 0 || helpCmd != helpFlag || !strings.Contains(helpCmd, "-duration") || !strings.HasPrefix(helpCmd, "usage: spanprof record") {
@@ -97,7 +99,7 @@ func TestHelpAndVersion(t *testing.T) {
 // TestRecordThreadIDMeansItsProcess: a thread id given to --pid records
 // the thread's process and says so; a repeated pid counts once.
 func TestRecordThreadIDMeansItsProcess(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	fix := startFixture(t, "gofix", "60000")
 	pid := fix.Process.Pid
 	tid := otherThread(t, pid)
@@ -159,7 +161,7 @@ func foldedCount(t *testing.T, data, fn string) int {
 // TestRecordNothingIsAnError: an idle target gives no sample, which is an
 // error naming the reason, not an empty success.
 func TestRecordNothingIsAnError(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	sleeper := exec.Command("sleep", "30")
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
@@ -179,7 +181,7 @@ func TestRecordNothingIsAnError(t *testing.T) {
 // TestRecordUnreadableProcess: a process whose maps even root may not read
 // (it holds capabilities this container's root lacks) is refused with why.
 func TestRecordUnreadableProcess(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	f, err := os.Open("/proc/1/maps")
 	if err == nil {
 		f.Close()
@@ -197,7 +199,7 @@ func TestRecordUnreadableProcess(t *testing.T) {
 // TestRecordFoldedToStdout: --output - --format folded pipes collapsed
 // stacks to other tools; stderr, a pipe here, gets no progress line.
 func TestRecordFoldedToStdout(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	fix := startFixture(t, "gofix", "60000")
 	stdout, stderr, code := runSpanprof(t, "record", "--pid", strconv.Itoa(fix.Process.Pid), "--duration", "2s", "--output", "-", "--format", "folded")
 	if code != 0 {
@@ -217,7 +219,7 @@ func TestRecordFoldedToStdout(t *testing.T) {
 // TestRecordProgressOnTerminal: on a terminal, stderr shows the samples so
 // far and the time left, and the line is erased before the last words.
 func TestRecordProgressOnTerminal(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	master, slave := openPTY(t)
 	fix := startFixture(t, "gofix", "60000")
 	out := filepath.Join(t.TempDir(), "p.folded")
@@ -280,7 +282,7 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 // TestServeWildcardURL: serving on 0.0.0.0 prints URLs a browser can open,
 // and the first one answers.
 func TestServeWildcardURL(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	fix := startFixture(t, "gofix", "60000")
 	prof := filepath.Join(t.TempDir(), "p.otlp.json")
 	spanprof(t, "record", "--pid", strconv.Itoa(fix.Process.Pid), "--duration", "1s", "--output", prof)
@@ -316,7 +318,7 @@ func TestServeWildcardURL(t *testing.T) {
 // TestCheckUnreadableProcess: check of a process root may not read says
 // why, not "needs root".
 func TestCheckUnreadableProcess(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	if f, err := os.Open("/proc/1/maps"); err == nil {
 		f.Close()
 		t.Skip("this machine lets root read pid 1: no unreadable process to name")
@@ -331,7 +333,7 @@ func TestCheckUnreadableProcess(t *testing.T) {
 // from its start to its exit (not for the default 10s), passes its output
 // through and says how it ended.
 func TestRecordCommand(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	out := filepath.Join(t.TempDir(), "p.folded")
 	start := time.Now()
 	stdout, stderr, code := runSpanprof(t, "record", "--output", out, "--", filepath.Join(fixtures, "gofix"), "1500")

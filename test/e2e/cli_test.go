@@ -7,12 +7,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestRecordErrors checks that bad input gets one clear line on stderr and
 // exit code 1, before anything is loaded.
 func TestRecordErrors(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	tests := []struct {
 		name string
 		args []string
@@ -40,7 +42,7 @@ func TestRecordErrors(t *testing.T) {
 }
 
 func TestRecordNotRoot(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	// t.TempDir's parent is private; nobody must be able to reach the copy.
 	dir, err := os.MkdirTemp("/tmp", "spanprof-nobody")
 	if err != nil {
@@ -74,7 +76,7 @@ func TestRecordNotRoot(t *testing.T) {
 // libcap's psx C code, which cgo compiles with its default flags and so
 // without frame pointers; docs/reliability.md says so.
 func TestCheckOwnRepository(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	shipped := filepath.Join(t.TempDir(), "spanprof")
 	build := exec.Command("go", "build", "-o", shipped, filepath.Join(repoRoot, "cmd", "spanprof"))
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

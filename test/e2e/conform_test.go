@@ -10,6 +10,7 @@ import (
 	"github.com/spanprof/spanprof/internal/export/otlp"
 	"github.com/spanprof/spanprof/internal/export/otlp/conform"
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestRecordOutputsConform records the off-CPU spans fixture (threads on
@@ -18,10 +19,8 @@ import (
 // profiles, with the records read after the recording window closed.
 // The protobuf file must be clean as profcheck counts references too.
 func TestRecordOutputsConform(t *testing.T) {
-	requireRoot(t)
-	if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", "offcpu")).CombinedOutput(); err != nil {
-		t.Fatalf("build off-CPU fixtures: %v\n%s", err, out)
-	}
+	testutil.RequireRoot(t)
+	testutil.Fixtures(t, "offcpu", nil)
 	dir := t.TempDir()
 	for _, name := range []string{"spans.otlp.pb", "spans.otlp.json"} {
 		t.Run(name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/test/truth"
 )
@@ -38,7 +39,7 @@ var containsFrame = truth.ContainsFrame
 // mode (a glibc giving the dlopen'ed library static TLS after all) fails
 // instead of testing the wrong reader.
 func TestCorrelationNative(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	bin := filepath.Join(repoRoot, "testdata", "tracectx", "build")
 	lib := func(name string) string { return filepath.Join(bin, name) }
 	for _, v := range []struct {
@@ -151,7 +152,7 @@ func waitLocation(t *testing.T, pid int, kind tracectx.LocationKind, musl bool) 
 // TestCorrelationGo runs the SDK-instrumented Go service (goroutine labels)
 // built normally and stripped.
 func TestCorrelationGo(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	src := filepath.Join(repoRoot, "testdata", "golabels", "service")
 	for _, v := range []struct{ name, ldflags string }{{"plain", ""}, {"stripped", "-s -w"}} {
 		t.Run(v.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // goWaitSpan is one line of testdata/gowait/service's ground truth.
@@ -27,7 +29,7 @@ var goWaitReasons = map[string]string{"sleep": "sleep", "chan": "chan receive", 
 // linked to a span that did not run, and the idle goroutines outside any
 // span present, unlinked.
 func TestGoWaitPerSpan(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	svc := filepath.Join(dir, "service")
 	build := exec.Command("go", "build", "-o", svc, ".")

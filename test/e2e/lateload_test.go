@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/truth"
 )
 
@@ -157,7 +158,7 @@ func closingCount(log, what string) int {
 // so the samples of the spans after it are linked, and the process
 // context's update is read again.
 func TestLateLoad(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	bin := filepath.Join(repoRoot, "testdata", "tracectx", "build")
 	r := recordLate(t, filepath.Join(bin, "workload-dlopen"), []string{
 		"WL_CTX_LIB=" + filepath.Join(bin, "libwlctx.so"), "WL_DLOPEN_DELAY=12", "WL_CTX_UPDATE=1.5"}, 20*time.Second)
@@ -239,7 +240,7 @@ func TestLateLoad(t *testing.T) {
 // every span keeps its link, before and after the load, and the rescan
 // configures no new source.
 func TestLateLoadSecondModule(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	bin := filepath.Join(repoRoot, "testdata", "tracectx", "build")
 	r := recordLate(t, filepath.Join(bin, "workload-gcc"), []string{
 		"WL_LATE_LIB=" + filepath.Join(bin, "libwlctx.so"), "WL_LATE_AFTER=2"}, 5*time.Second)

@@ -9,10 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 var (
@@ -24,10 +25,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	_, file, _, _ := runtime.Caller(0)
-	repoRoot = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	repoRoot = testutil.RepoRoot()
 	fixtures = filepath.Join(repoRoot, "testdata", "fixtures", "build")
-	if os.Geteuid() != 0 {
+	if !testutil.IsRoot() {
 		fmt.Println("e2e: skipped, needs root to load eBPF programs")
 		os.Exit(m.Run())
 	}
@@ -40,28 +40,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build spanprof: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	for _, d := range []string{"fixtures", "tracectx"} {
-		if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", d)).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s fixtures: %v\n%s", d, err, out)
-			os.Exit(1)
-		}
-	}
-	if _, err := exec.LookPath("musl-gcc"); err != nil {
-		muslMissing = "musl-gcc not installed (Debian package musl-tools)"
-	} else if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", "tracectx"), "musl").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build musl fixtures: %v\n%s", err, out)
-		os.Exit(1)
+	testutil.MustBuildFixtures("fixtures")
+	testutil.MustBuildFixtures("tracectx")
+	if m := testutil.MissingTool("musl-gcc"); m != "" {
+		muslMissing = m + " (Debian package musl-tools)"
+	} else {
+		testutil.MustBuildFixtures("tracectx", "musl")
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
 }
 
 // startFixture runs a fixture and waits for its "ready PID" line.

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/truth"
 )
 
@@ -40,10 +41,8 @@ func recordOffCPU(t *testing.T, dir string, args ...string) (out, truthPath stri
 // It runs with the default threshold, where the short ping-pong waits and
 // most others are sampled and weighted, and with every wait captured.
 func TestOffCPUPerSpan(t *testing.T) {
-	requireRoot(t)
-	if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", "offcpu")).CombinedOutput(); err != nil {
-		t.Fatalf("build offcpu fixtures: %v\n%s", err, out)
-	}
+	testutil.RequireRoot(t)
+	testutil.Fixtures(t, "offcpu", nil)
 	for _, tt := range []struct {
 		name string
 		args []string

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 const capSysAdmin = 21
@@ -22,7 +24,7 @@ const capSysAdmin = 21
 const dropLine = "dropped capabilities not needed after start-up"
 
 func TestRecordDropsCapabilities(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	info, err := exec.Command("go", "version", "-m", binPath).Output()
 	if err != nil {
 		t.Fatal(err)

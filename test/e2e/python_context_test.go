@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/tracectx"
 	"github.com/spanprof/spanprof/test/truth"
 )
@@ -41,13 +42,12 @@ func pyenvRoot() string {
 // extension is dlopen'ed by the interpreter while OpenTelemetry loads, as
 // in any Python service.
 func TestCorrelationPython(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	root := pyenvRoot()
 	// The venvs (pinned OpenTelemetry, the SDK built from this tree) come
 	// from the Makefile, so the test and `make python-sdk-test` share them.
-	mk := exec.Command("make", "-C", repoRoot, "python-venvs", "PYENV_ROOT="+root)
-	if out, err := mk.CombinedOutput(); err != nil {
-		t.Fatalf("make python-venvs: %v\n%s", err, out)
+	if _, err := testutil.Make(".", "python-venvs", "PYENV_ROOT="+root); err != nil {
+		t.Fatal(err)
 	}
 	for _, v := range pythonVersions {
 		t.Run(v, func(t *testing.T) {

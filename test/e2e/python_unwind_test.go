@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // pyPaths are the Python functions on each thread's call path in
@@ -75,7 +77,7 @@ var unwindStopsRe = regexp.MustCompile(`stacks cut: (\d+) by the stack window .*
 // thread's outermost frames as often. perf record --call-graph dwarf runs
 // on the same process at the same time, logged for comparison.
 func TestUnwindPython(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	_, perfErr := exec.LookPath("perf")
 	for _, tc := range []struct{ version, mode string }{
 		{"3.12.1", "perf"}, {"3.13.0", "perf"}, {"3.13.0", "perf_jit"},

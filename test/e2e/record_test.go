@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // chain is the fixture's call chain, leaf first.
@@ -47,7 +49,7 @@ func inChain(frames []string) bool {
 }
 
 func TestRecordCallChain(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	for _, cc := range []string{"gcc", "clang"} {
 		t.Run(cc, func(t *testing.T) {
 			dir := t.TempDir()
@@ -178,7 +180,7 @@ func checkTimestamps(t *testing.T, samples []otlpSample, marksPath string) {
 }
 
 func TestRecordSyscallWrapperCaller(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	fix := startFixture(t, "chain-gcc", "60000", filepath.Join(dir, "marks"), "syscall")
 	out := filepath.Join(dir, "p.otlp.json")
@@ -206,7 +208,7 @@ func TestRecordSyscallWrapperCaller(t *testing.T) {
 }
 
 func TestRecordGoFunctionNames(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	fix := startFixture(t, "gofix", "60000")
 	out := filepath.Join(dir, "p.otlp.json")
@@ -228,7 +230,7 @@ func TestRecordGoFunctionNames(t *testing.T) {
 }
 
 func TestRecordPprofOpensWithGoTool(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	fix := startFixture(t, "chain-clang", "60000", filepath.Join(dir, "marks"))
 	out := filepath.Join(dir, "p.pb.gz")

@@ -18,6 +18,7 @@ import (
 	"github.com/spanprof/spanprof/internal/export/flamegraph"
 	"github.com/spanprof/spanprof/internal/export/folded"
 	"github.com/spanprof/spanprof/internal/export/pprof"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // fdeRange is one FDE's pc range as readelf prints it, the ground truth
@@ -89,7 +90,7 @@ func fileToVaddr(f *elf.File, off uint64) (uint64, bool) {
 // frame in OTLP, pprof, folded stacks and the flame graph, and one line
 // says how many frames lacked symbols and what would name them.
 func TestRecordStrippedBinaryAggregates(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	const bin = "/usr/bin/gzip"
 	ef := strippedSystemBinary(t, bin)
 	fdes := readelfFDEs(t, bin)

@@ -12,16 +12,13 @@ import (
 	"github.com/spanprof/spanprof/internal/debuginfod/debuginfodtest"
 	"github.com/spanprof/spanprof/internal/export/otlp"
 	"github.com/spanprof/spanprof/internal/profile"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // symFixture is a binary of testdata/symbolize, built on first use.
 func symFixture(t *testing.T, name string) string {
 	t.Helper()
-	dir := filepath.Join(repoRoot, "testdata", "symbolize")
-	if out, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
-		t.Fatalf("build symbolize fixtures: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "build", name)
+	return filepath.Join(testutil.Fixtures(t, "symbolize", nil), "build", name)
 }
 
 func readProfile(t *testing.T, path string) *profile.Profile {
@@ -74,7 +71,7 @@ func framesIn(p *profile.Profile, pid uint32, base string) (frames []profile.Fra
 // what each way of finding its symbols gives: never a wrong name, and
 // the build ID in the mapping whether or not names were found.
 func TestRecordSymbolizeModes(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	stripped := symFixture(t, "chain-gcc-stripped")
 	debug := symFixture(t, "chain-gcc.debug")
 	out, err := exec.Command("readelf", "-n", stripped).Output()
@@ -189,7 +186,7 @@ func TestRecordSymbolizeModes(t *testing.T) {
 // TestRecordJIT profiles a fixture running code it copied into anonymous
 // executable memory and named in /tmp/perf-PID.map.
 func TestRecordJIT(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	cmd := startProgram(t, symFixture(t, "jit"), "8")
 	pid := cmd.Process.Pid
 	outPath := filepath.Join(t.TempDir(), "p.otlp.json")

@@ -7,18 +7,16 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // exitSeesMM is whether the running kernel fires sched_process_exit
 // before exit_mm() (Linux 6.16 on).
 func exitSeesMM(t *testing.T) bool {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
+	maj, min, err := testutil.KernelRelease()
+	if err != nil {
 		t.Fatal(err)
-	}
-	var maj, min int
-	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &maj, &min); err != nil {
-		t.Fatalf("parse kernel release: %v", err)
 	}
 	return maj > 6 || maj == 6 && min >= 16
 }
@@ -30,7 +28,7 @@ func exitSeesMM(t *testing.T) bool {
 // tracepoint whenever tracefs is there, says what to run when it cannot
 // mount, and warns about kernels before 6.16 only on such a kernel.
 func TestRecordTracefs(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare (util-linux) not installed")
 	}

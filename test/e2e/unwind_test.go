@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // unwindCases names, for each thread of testdata/unwind's fixture, the
@@ -148,10 +150,8 @@ func share(a, b int64) float64 {
 // --call-graph dwarf runs on the same process at the same time as the
 // reference (on-CPU only: its off-CPU mode needs tracefs).
 func TestUnwindThroughLibraries(t *testing.T) {
-	requireRoot(t)
-	if out, err := exec.Command("make", "-C", filepath.Join(repoRoot, "testdata", "unwind")).CombinedOutput(); err != nil {
-		t.Fatalf("build unwind fixture: %v\n%s", err, out)
-	}
+	testutil.RequireRoot(t)
+	testutil.Fixtures(t, "unwind", nil)
 	_, perfErr := exec.LookPath("perf")
 	for _, cc := range []string{"gcc", "clang"} {
 		t.Run(cc, func(t *testing.T) {

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/truth"
 )
 
@@ -105,6 +107,56 @@ func (s stackTally) String() string {
 	return fmt.Sprintf("to main %.2f%% of %d in busy windows (%.2f%% of all)", 100*s.mainShare(), s.inWindow, 100*s.allShare())
 }
 
+// checkInsns logs how many instructions the verifier processed for each
+// program on this kernel (guest.sh insns) and fails a program past its
+// budget in bpf/verified-insns.txt, or one without a budget.
+func checkInsns(t *testing.T, label string, c *console, add func(string, ...any)) {
+	r := c.results["insns"]
+	if r == nil {
+		return // "did not report"
+	}
+	if r["rc"] != "0" {
+		out, _ := os.ReadFile(c.path("insns.out"))
+		t.Errorf("%s: loading the programs to count their instructions failed (rc %s): %s", label, r["rc"], out)
+		return
+	}
+	if r["reported"] != "1" {
+		add("verified instructions not reported by this kernel")
+		return
+	}
+	budget, err := testutil.ReadBudget(filepath.Join(repoRoot, "bpf", "verified-insns.txt"))
+	if err != nil {
+		t.Errorf("%s: %v", label, err)
+		return
+	}
+	goarch := map[string]string{"x86_64": "amd64", "aarch64": "arm64"}[c.result("start", "arch")]
+	held := false
+	for k := range budget {
+		held = held || goarch != "" && strings.HasPrefix(k, goarch+"/")
+	}
+	var counts []string
+	for _, name := range slices.Sorted(maps.Keys(r)) {
+		if name == "rc" || name == "reported" {
+			continue
+		}
+		n, b := atoi(r[name]), budget[goarch+"/"+name]
+		counts = append(counts, fmt.Sprintf("%s %d", name, n))
+		switch _, has := budget[goarch+"/"+name]; {
+		case !held:
+			// An architecture without budgets is logged only.
+		case !has:
+			t.Errorf("%s: program %s has no budget in bpf/verified-insns.txt", label, name)
+		case int64(n) > b:
+			t.Errorf("%s: the verifier processed %d instructions of %s, past its budget of %d (bpf/verified-insns.txt)", label, n, name, b)
+		}
+	}
+	if !held {
+		add("verified instructions (no %s budgets: logged only): %s", goarch, strings.Join(counts, ", "))
+		return
+	}
+	add("verified instructions: %s", strings.Join(counts, ", "))
+}
+
 // check scores one kernel's run and logs its figures in one line.
 func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	var line []string
@@ -115,7 +167,7 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 		t.Errorf("%s: %v", label, err)
 	}
 	checkStuck(t, label, c)
-	for _, step := range []string{"patching", "oncpu", "correlation", "gocorrelation", "offcpu", "exec", "agent"} {
+	for _, step := range []string{"patching", "insns", "helpers", "oncpu", "correlation", "gocorrelation", "offcpu", "exec", "agent"} {
 		if c.results[step] == nil {
 			t.Errorf("%s: step %s did not report", label, step)
 		}
@@ -125,6 +177,14 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 		if r["rc"] != "0" {
 			out, _ := os.ReadFile(c.path("flip.out"))
 			t.Errorf("%s: attaching and detaching a program on sched_switch failed (rc %s): %s", label, r["rc"], out)
+		}
+	}
+	checkInsns(t, label, c, add)
+	if r := c.results["helpers"]; r != nil {
+		add("BPF helper tests: %s passed, %s failed, %s skipped", r["passed"], r["failed"], r["skipped"])
+		if r["rc"] != "0" || r["failed"] != "0" || r["passed"] == "0" && r["skipped"] == "0" {
+			out, _ := os.ReadFile(c.path("helpers.out"))
+			t.Errorf("%s: the BPF helper tests failed in the kernel (rc %s):\n%s", label, r["rc"], out)
 		}
 	}
 	loaded := c.result("oncpu", "loaded") == "1" && c.result("offcpu", "loaded") == "1" &&

@@ -274,10 +274,28 @@ children() {
 		set -- $st
 		[ "$4" = "$$" ] || continue
 		case "$2" in
-		"(spanprof)" | "(flip)" | "(spans)" | "(chain-gcc)" | "(chain-clang)" | "(workload-gcc)" | "(workload-dlopen)" | "(go-service)" | "(sink)")
+		"(spanprof)" | "(flip)" | "(insns)" | "(helpertest)" | "(spans)" | "(chain-gcc)" | "(chain-clang)" | "(workload-gcc)" | "(workload-dlopen)" | "(go-service)" | "(sink)")
 			echo "${p#/proc/}" ;;
 		esac
 	done
+}
+
+# insns: how many instructions the verifier processed for each program
+# (test/kernels/insns); check_test.go holds them to bpf/verified-insns.txt.
+insns() {
+	"$R/insns" >"$W/insns.out" 2>&1
+	rc=$?
+	emit insns.out "$W/insns.out"
+	result insns rc=$rc $(grep '^insns ' "$W/insns.out" | cut -d' ' -f2-)
+}
+
+# helpers: the BPF helpers' in-kernel tests (bpf/helpertest, run by
+# BPF_PROG_TEST_RUN), their go test output kept as helpers.out.
+helpers() {
+	"$R/helpertest" -test.v -test.count=1 >"$W/helpers.out" 2>&1
+	rc=$?
+	emit helpers.out "$W/helpers.out"
+	result helpers rc=$rc passed=$(grep -c '^--- PASS' "$W/helpers.out") failed=$(grep -c '^--- FAIL' "$W/helpers.out") skipped=$(grep -c '^--- SKIP' "$W/helpers.out")
 }
 
 # watchdog STEP SECONDS: a step that runs longer than SECONDS is stuck.
@@ -317,7 +335,7 @@ watchdog() {
 }
 
 result start kernel=$(uname -r) arch=$(uname -m) btf=$([ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0)
-for step in ${STEPS:-patching oncpu correlation dtvcorrelation gocorrelation offcpu execexit agent}; do
+for step in ${STEPS:-patching insns helpers oncpu correlation dtvcorrelation gocorrelation offcpu execexit agent}; do
 	t0=$(now)
 	watchdog $step ${STEP_SECONDS:-240} &
 	wd=$!

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 //go:embed guest.sh
@@ -82,9 +84,7 @@ func targets(t *testing.T) []target {
 // checks each one (check_test.go). Under TCG one kernel takes about a
 // minute and a half; the figures of each go to the log in one line.
 func TestKernelMatrix(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the guest script loads eBPF programs on the host kernel, and apt-get downloads kernels")
-	}
+	testutil.RequireRoot(t, "needs root: the guest script loads eBPF programs on the host kernel, and apt-get downloads kernels")
 	if testing.Short() {
 		t.Skip("short mode: the kernel matrix boots kernels under qemu")
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // fixtures are the C programs the workload runs, by testdata directory.
@@ -36,6 +38,7 @@ func buildPayload(root string, a arch) (string, error) {
 		"spanprof":   {".", "./cmd/spanprof"},
 		"sink":       {".", "./test/kernels/sink"},
 		"flip":       {".", "./test/kernels/flip"},
+		"insns":      {".", "./test/kernels/insns"},
 		"go-service": {"testdata/golabels/service", "."},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg[1])
@@ -45,18 +48,25 @@ func buildPayload(root string, a arch) (string, error) {
 			return "", fmt.Errorf("build %s for %s: %v\n%s", name, a.goarch, err, out)
 		}
 	}
+	// The in-kernel tests of the BPF helpers (bpf/helpertest), run by
+	// guest.sh's helpers step.
+	cmd := exec.Command("go", "test", "-c", "-o", filepath.Join(dir, "helpertest"), "./bpf/helpertest")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+a.goarch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the helper tests for %s: %v\n%s", a.goarch, err, out)
+	}
 	all := maps.Clone(fixtures)
 	if a.goarch == "amd64" {
 		all["tracectx"] = append(slices.Clone(all["tracectx"]), amd64CtxFixtures...)
 	}
 	for sub, names := range all {
-		args := []string{"-C", filepath.Join(repoRoot, "testdata", sub)}
-		args = append(args, a.fixtureVars...)
+		args := slices.Clone(a.fixtureVars)
 		for _, n := range names {
 			args = append(args, a.fixtureOut+"/"+n)
 		}
-		if out, err := exec.Command("make", args...).CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build %s fixtures for %s: %v\n%s", sub, a.goarch, err, out)
+		if _, err := testutil.BuildFixtures(sub, args...); err != nil {
+			return "", fmt.Errorf("build %s fixtures for %s: %w", sub, a.goarch, err)
 		}
 		for _, n := range names {
 			b, err := os.ReadFile(filepath.Join(repoRoot, "testdata", sub, a.fixtureOut, n))

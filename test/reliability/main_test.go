@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 var (
@@ -32,10 +33,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	_, file, _, _ := runtime.Caller(0)
-	repoRoot = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	repoRoot = testutil.RepoRoot()
 	fixtures = filepath.Join(repoRoot, "testdata", "reliability", "build")
-	if os.Geteuid() != 0 {
+	if !testutil.IsRoot() {
 		fmt.Println("reliability: privileged tests skip, they need root to load eBPF programs")
 		os.Exit(m.Run())
 	}
@@ -51,20 +51,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build spanprof: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	if out, err := exec.Command("make", "-s", "-C", filepath.Join(repoRoot, "testdata", "reliability")).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build reliability fixtures: %v\n%s", err, out)
-		os.Exit(1)
-	}
+	testutil.MustBuildFixtures("reliability")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
 }
 
 // long reports whether the long modes were asked for.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestReliabilityProcessChurn runs `record --all` while 1,000 short-lived
@@ -17,7 +19,7 @@ import (
 // counted), keep its memory and open files bounded, and symbolize the
 // samples of children that exited long before the profile was built.
 func TestReliabilityProcessChurn(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	secs := 20
 	if long() {
 		secs = 60

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestReliabilityPIDReusedByFork: a process exits and a fork that never
@@ -15,7 +17,7 @@ import (
 // not the exited one's (churn-child), and the first process's samples
 // against churn-child.
 func TestReliabilityPIDReusedByFork(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	child := filepath.Join(fixtures, "churn-child")
 	// The first process spins for a second and exits; then subshells are
 	// forked with ns_last_pid set to take its pid, until one does, and that

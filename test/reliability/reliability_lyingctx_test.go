@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestReliabilityLyingThreadContext profiles a process whose OTel thread
@@ -14,7 +16,7 @@ import (
 // attrs_data_size beyond the 612-byte bound, an unknown valid value):
 // only the honest phase's samples may carry a span.
 func TestReliabilityLyingThreadContext(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	liar := exec.Command(filepath.Join(fixtures, "liar"), "30")
 	stdout, _ := liar.StdoutPipe()
 	if err := liar.Start(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/spanprof/spanprof/bpf"
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // TestReliabilityOverloadLossesCountedExactly samples at 10 kHz on every
@@ -21,7 +22,7 @@ import (
 // program's counter, and every sample the kernel submitted must be in the
 // output or counted as lost in user space: nothing lost silently.
 func TestReliabilityOverloadLossesCountedExactly(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	out := filepath.Join(t.TempDir(), "overload.pb.gz")
 	rec := startSpanprof(t, "recording", "record", "--all", "--frequency", "10000",
 		"--duration", "6s", "--output", out)

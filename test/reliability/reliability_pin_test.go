@@ -12,6 +12,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // The pin path faults run in a private mount namespace with its own bpffs,
@@ -23,7 +25,7 @@ const pinFaultEnv = "SPANPROF_PIN_FAULT"
 // TestReliabilityPinPathTaken: spanprof must either recover or say
 // clearly, in one line, what is in its way.
 func TestReliabilityPinPathTaken(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t)
 	tests := []struct {
 		fault string
 		// ok: spanprof records (recovering); else want is in its one-line error.

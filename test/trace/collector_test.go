@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/web/live"
 	"github.com/spanprof/spanprof/internal/web/live/chstore/chtest"
 )
@@ -109,9 +110,7 @@ func TestTwoServicesClickHouse(t *testing.T) {
 }
 
 func twoServices(t *testing.T, store string) {
-	if os.Geteuid() != 0 {
-		t.Skip("skip: profiling needs root")
-	}
+	testutil.RequireRoot(t, "skip: profiling needs root")
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		t.Skip("skip: no BTF at /sys/kernel/btf/vmlinux")
 	}

@@ -19,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/web/live"
 	gt "github.com/spanprof/spanprof/test/truth"
 )
@@ -140,9 +141,7 @@ func pyenvPython(versions ...string) string {
 }
 
 func TestThreeServicesPolyglot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skip: profiling needs root")
-	}
+	testutil.RequireRoot(t, "skip: profiling needs root")
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		t.Skip("skip: no BTF at /sys/kernel/btf/vmlinux")
 	}
@@ -560,7 +559,7 @@ func checkWindowTimes(t *testing.T, svc string, samples []gt.Sample, spans []spa
 						continue
 					}
 					// An off-CPU event's time is when the thread ran
-					// again (bpf/offcpu.h stamps the record at switch-in);
+					// again (bpf/lib/offcpu.h stamps the record at switch-in);
 					// its value is how long it stayed off.
 					b0 := t0 - s.Values[i]
 					w0, w1 := max(b0, sp.start), min(t0, sp.end)

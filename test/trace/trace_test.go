@@ -29,6 +29,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/web/live"
 )
 
@@ -173,9 +174,7 @@ func parseTruth(name string, f []string) truth {
 }
 
 func TestTraceViewKnownWork(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skip: profiling needs root")
-	}
+	testutil.RequireRoot(t, "skip: profiling needs root")
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		t.Skip("skip: no BTF at /sys/kernel/btf/vmlinux")
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // Server is a running debuginfod.
@@ -38,9 +40,7 @@ func Start(t testing.TB, dir string, want ...string) *Server {
 	if _, err := exec.LookPath("debuginfod"); err != nil {
 		t.Skip("debuginfod not installed (Debian package debuginfod)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace of the debuginfod server")
-	}
+	testutil.RequireRoot(t, "needs root for a network namespace of the debuginfod server")
 	db := filepath.Join(t.TempDir(), "db.sqlite")
 	script := "ip link set lo up && exec debuginfod -F -p 8002 -d " + db + " -t 0 -g 0 " + dir
 	cmd := exec.Command("unshare", "--net", "--", "sh", "-c", script)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // Options say how to run Hot.java.
@@ -30,6 +32,7 @@ type Options struct {
 // so a sample in them is theirs. The process is killed at cleanup.
 func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 	t.Helper()
+	testutil.RequireLong(t, "starts a JVM")
 	if _, err := exec.LookPath("java"); err != nil {
 		t.Skip("no java on PATH")
 	}

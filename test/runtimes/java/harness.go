@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/spanprof/spanprof/internal/testutil"
 )
 
 // JDKs are the JDKs the Java tests run on, by major version.
@@ -26,9 +28,7 @@ var JDKs = map[string]string{
 // sdk/java build directory and the workload's classes.
 func Setup(t *testing.T) (bin, build, classes string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(JDKs["17"], "bin", "javac")); err != nil {
 		t.Skipf("no JDK 17 at %s", JDKs["17"])
 	}
@@ -36,8 +36,8 @@ func Setup(t *testing.T) (bin, build, classes string) {
 	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
 	build = filepath.Join(root, "sdk", "java", "build")
 	if _, err := os.Stat(filepath.Join(build, "spanprof-otel.jar")); err != nil {
-		if out, err := exec.Command("make", "-C", root, "java-sdk").CombinedOutput(); err != nil {
-			t.Fatalf("make java-sdk: %v\n%s", err, out)
+		if _, err := testutil.Make(".", "java-sdk"); err != nil {
+			t.Fatal(err)
 		}
 	}
 	dir := t.TempDir()

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/runtimes/java"
 	"github.com/spanprof/spanprof/test/truth"
 )
@@ -46,9 +47,7 @@ var jdks = map[string]string{
 
 func setup(t *testing.T) (bin, build, classes string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	if _, err := os.Stat(filepath.Join(jdks["17"], "bin", "javac")); err != nil {
 		t.Skipf("no JDK 17 at %s", jdks["17"])
 	}
@@ -56,8 +55,8 @@ func setup(t *testing.T) (bin, build, classes string) {
 	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
 	build = filepath.Join(root, "testdata", "ddjava", "build")
 	if _, err := os.Stat(filepath.Join(build, "dd-java-agent-"+Version+".jar")); err != nil {
-		if out, err := exec.Command("make", "-C", root, "writer-ddjava-deps").CombinedOutput(); err != nil {
-			t.Fatalf("make writer-ddjava-deps: %v\n%s", err, out)
+		if _, err := testutil.Make(".", "writer-ddjava-deps"); err != nil {
+			t.Fatal(err)
 		}
 	}
 	dir := t.TempDir()

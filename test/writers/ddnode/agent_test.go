@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/truth"
 )
 
@@ -32,14 +32,11 @@ func freePort(t *testing.T) string {
 // under dd-trace (its addon already loaded) sends linked samples to an
 // OTLP sink; the walk's error counter is on /metrics.
 func TestAgentNode(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	truthPath := filepath.Join(t.TempDir(), "spans.jsonl")
 	node, args, env := workloadCmd(t, truthPath, 20, 60)
 	bin := buildSpanprof(t)
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
+	root := testutil.RepoRoot()
 	sinkBin := filepath.Join(t.TempDir(), "sink")
 	if out, err := exec.Command("go", "build", "-o", sinkBin, filepath.Join(root, "test", "kernels", "sink")).CombinedOutput(); err != nil {
 		t.Fatalf("build sink: %v\n%s", err, out)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/internal/tracectx"
 	"golang.org/x/sys/unix"
 )
@@ -177,9 +178,7 @@ func readTruth(t *testing.T, path string) []span {
 // spans reads none, and no walk fails. A stop while a span waits on its
 // await is not judged: none of the span's code runs then.
 func TestNodeWalkAgainstTracer(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testutil.RequireRoot(t, "needs root")
 	cmd, sc, truthPath := startWorkload(t, 20, 60)
 	pid := cmd.Process.Pid
 	path, bias, _, _ := addon(t, pid)

@@ -6,18 +6,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"testing"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/truth"
 )
 
 // buildSpanprof builds bin/spanprof of this tree into a temporary dir.
 func buildSpanprof(t *testing.T) string {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
+	root := testutil.RepoRoot()
 	bin := filepath.Join(t.TempDir(), "spanprof")
 	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "cmd", "spanprof")).CombinedOutput(); err != nil {
 		t.Fatalf("build spanprof: %v\n%s", err, out)
@@ -121,9 +120,7 @@ func judge(t *testing.T, samples []truth.Sample, pid int, spans []span) {
 // loaded late, found through the loader's link-map event) links the
 // samples of a real Node 24 under dd-trace by the eBPF walk.
 func TestRecordNode(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	truthPath := filepath.Join(t.TempDir(), "spans.jsonl")
 	node, args, env := workloadCmd(t, truthPath, 20, 60)
 	bin := buildSpanprof(t)

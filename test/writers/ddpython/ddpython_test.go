@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/encoding/gzip" // the agent may compress
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/truth"
 )
 
@@ -46,13 +47,11 @@ const (
 // workload.
 func setup(t *testing.T) (bin, python, work string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF programs")
-	}
+	testutil.RequireRoot(t)
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
-	if out, err := exec.Command("make", "-C", root, "writer-ddpython-deps").CombinedOutput(); err != nil {
-		t.Fatalf("make writer-ddpython-deps: %v\n%s", err, out)
+	if _, err := testutil.Make(".", "writer-ddpython-deps"); err != nil {
+		t.Fatal(err)
 	}
 	python = filepath.Join(root, "out", "ddpython", "venv", "bin", "python")
 	bin = filepath.Join(t.TempDir(), "spanprof")

@@ -12,10 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/spanprof/spanprof/internal/testutil"
 	"github.com/spanprof/spanprof/test/runtimes/java"
 	"github.com/spanprof/spanprof/test/truth"
 )
@@ -25,12 +25,11 @@ const agentJar = "elastic-apm-agent-1.55.1.jar"
 
 func TestElasticThreadContext(t *testing.T) {
 	bin, build, classes := java.Setup(t)
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Clean(filepath.Join(filepath.Dir(self), "..", "..", ".."))
+	root := testutil.RepoRoot()
 	jar := filepath.Join(root, "testdata", "elastic", "build", agentJar)
 	if _, err := os.Stat(jar); err != nil {
-		if out, err := exec.Command("make", "-C", root, "writer-elastic-deps").CombinedOutput(); err != nil {
-			t.Fatalf("make writer-elastic-deps: %v\n%s", err, out)
+		if _, err := testutil.Make(".", "writer-elastic-deps"); err != nil {
+			t.Fatal(err)
 		}
 	}
 	lib := func(a string) string { return filepath.Join(build, "sdk-lib", a+"-1.65.0.jar") }

@@ -2,8 +2,7 @@
 /* Reading trace_id/span_id from the pprof labels of the goroutine running
  * on the sampled thread: g from TLS -> g.m -> m.curg -> curg.labels.
  * Offsets come from the agent per process (proc_config); the two label
- * layouts are those of Go's runtime/pprof. Included by sampler.bpf.c after
- * its maps and count().
+ * layouts are those of Go's runtime/pprof.
  *
  * A thread whose goroutine called runtime.LockOSThread runs only that
  * goroutine. When it is preempted, parks or waits for a P, its thread runs
@@ -20,6 +19,12 @@
  * the wait twice. */
 #ifndef SPANPROF_GOLABELS_H
 #define SPANPROF_GOLABELS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "spanprof.h"
+#include "arch.h"
+#include "lib/maps.h"
 
 #define GO_MAX_LABELS 10
 

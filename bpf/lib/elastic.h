@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Elastic APM's per-thread correlation buffer (included by sampler.bpf.c
- * after read_thread_ctx).
+/* Elastic APM's per-thread correlation buffer.
  *
  * The Elastic APM Java agent (universal_profiling_integration_enabled)
  * publishes elastic_apm_profiling_correlation_tls_v1, a TLS pointer in its
@@ -10,6 +9,13 @@
  * The agent clears valid, rewrites the rest, then sets valid again. */
 #ifndef SPANPROF_ELASTIC_H
 #define SPANPROF_ELASTIC_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "spanprof.h"
+#include "arch.h"
+#include "lib/maps.h"
+#include "lib/spanid.h"
 
 struct elastic_corr_tls {
 	__u16 minor_version;

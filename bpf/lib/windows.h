@@ -1,8 +1,30 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Stack windows learned per executable. Included by sampler.bpf.c before
- * fill_user(). */
+/* Stack windows: the bytes wanted per process and learned per
+ * executable, which fill_user() copies. */
 #ifndef WINDOWS_H
 #define WINDOWS_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "spanprof.h"
+
+/* Window bytes wanted per process, by tgid, beyond the first chunk: written
+ * by user space for processes whose stacks the window cut (a frameless
+ * function with a large frame, such as vfprintf's), deleted at exit.
+ * Absent: STACK_SNAP_BYTES. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_windows SEC(".maps");
+
+/* Window bytes for a process with no stack_windows entry yet: user space
+ * that sizes each process's window from what its first samples needed
+ * copies them with the widest window (STACK_WINDOW_MAX), so that a
+ * process's first stacks through a large frameless frame are not cut
+ * before it has a size; 0 keeps STACK_SNAP_BYTES. */
+volatile const __u32 new_process_window = 0;
 
 /* The file a process runs (mm->exe_file; a script's interpreter), as
  * the exec event names it (proc_lifecycle.exe_ino and exe_dev). */

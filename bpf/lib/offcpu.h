@@ -2,7 +2,6 @@
 /* Off-CPU sampling on sched_switch: where a thread waits (its kernel and
  * user stacks and trace context, captured when it switches out), for how
  * long (emitted when it switches back in), and in which state (S or D).
- * Included by sampler.bpf.c after fill_user() and read_trace_context().
  *
  * Why sample, and how the estimate stays unbiased
  * -----------------------------------------------
@@ -32,6 +31,14 @@
  * cycle. Kernel threads are skipped: their idle waits are not a span's. */
 #ifndef SPANPROF_OFFCPU_H
 #define SPANPROF_OFFCPU_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "spanprof.h"
+#include "lib/maps.h"
+#include "lib/stackwalk.h"
 
 #define OFFCPU_TASK_INTERRUPTIBLE 0x1
 #define OFFCPU_TASK_UNINTERRUPTIBLE 0x2
@@ -213,43 +220,6 @@ static __always_inline void offcpu_emit(__u32 tid)
 	if (bpf_ringbuf_output(&samples, &p->s, size, wakeup_flags()))
 		count(CNT_RINGBUF_FULL);
 	bpf_map_delete_elem(&offcpu_pending, &tid);
-}
-
-/* tp_btf needs no tracefs and gives typed arguments; next is trusted, so
- * its task storage says whether a capture is pending without touching the
- * hash map. */
-SEC("tp_btf/sched_switch")
-int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct offcpu_thread *st;
-	__u64 now = offcpu_clock(task);
-
-	if (now)
-		offcpu_switch_out(ctx, task, preempt, now);
-	st = bpf_task_storage_get(&offcpu_threads, next, 0, 0);
-	if (st && st->pending) {
-		st->pending = 0;
-		offcpu_emit(next->pid);
-	}
-	return 0;
-}
-
-/* Fallback for kernels that cannot attach tp_btf to sched_switch: next is
- * untrusted there, so it is read with a probe read and looked up by tid. */
-SEC("raw_tp/sched_switch")
-int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 now = offcpu_clock(task);
-	__u32 tid;
-
-	if (now)
-		offcpu_switch_out(ctx, task, preempt, now);
-	tid = BPF_CORE_READ(next, pid);
-	if (tid)
-		offcpu_emit(tid);
-	return 0;
 }
 
 #endif

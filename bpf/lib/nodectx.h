@@ -14,6 +14,13 @@
 #ifndef SPANPROF_NODECTX_H
 #define SPANPROF_NODECTX_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "spanprof.h"
+#include "arch.h"
+#include "lib/maps.h"
+#include "lib/spanid.h"
+
 #define NODE_HEAP_TAG 1ULL
 #define NODE_MAX_BUCKETS (1LL << 16)
 #define NODE_MAX_CHAIN 8
