@@ -6,7 +6,6 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.util.Objects;
 
 /**
  * One platform thread's thread-context records: sdk/c's per-thread buffers (levels x 2 records of
@@ -26,8 +25,8 @@ final class ThreadRecords {
   static final int ATTRS_MAX = RECORD - 28;
   static final int MAX_VALUE = 255;
 
-  // The record is assembled in a heap array and copied in one bulk put (the
-  // header alone when the attributes are unchanged): byte-array views compile
+  // A record is assembled in a heap array (SpanRecord's, or the scratch
+  // one for ids alone) and copied in one bulk put: byte-array views compile
   // to plain stores, while each direct-buffer access carries its own checks.
   private static final VarHandle LONG_BE =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
@@ -47,11 +46,7 @@ final class ThreadRecords {
   private long traceHi;
   private long traceLo;
   private final byte[] hex = new byte[16];
-  /** The name and route whose encoding each buffer holds, and its length. */
-  private final String[] names = new String[LEVELS * 2];
-  private final String[] routes = new String[LEVELS * 2];
-  private final int[] attrLen = new int[LEVELS * 2];
-  private final byte[] scratch = new byte[RECORD];
+  private final byte[] scratch = new byte[28];
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
   /** The published buffer, -1 for NULL. */
@@ -111,7 +106,20 @@ final class ThreadRecords {
     // Fill the buffer the reader cannot be looking at; of the two, the
     // older one, so a recently restored record survives longest.
     int w = published == a ? b : published == b ? a : (gen[a] <= gen[b] ? a : b);
-    write(w, span, sc);
+    // An SDK span's record is built once (at its start, or at the first
+    // attach that finds none) and copied whole; other spans get ids only.
+    SpanRecord rec = SpanRecord.find(span, sc);
+    if (rec == null) {
+      rec = SpanRecord.build(span, sc, false);
+    }
+    gen[w]++;
+    holder[w] = null; // until the record is whole: a write that throws leaves nothing to republish
+    if (rec != null) {
+      recs.put(w * RECORD, rec.rec, 0, rec.len);
+    } else {
+      writeIds(w, sc);
+    }
+    holder[w] = span;
     publish(w);
   }
 
@@ -137,10 +145,8 @@ final class ThreadRecords {
     published = i;
   }
 
-  private void write(int i, Span span, SpanContext sc) {
-    gen[i]++;
-    holder[i] = null; // until the record is whole: a write that throws leaves nothing to republish
-    int off = i * RECORD;
+  /** A record of ids and flags, no attributes (a span that is not the SDK's). */
+  private void writeIds(int i, SpanContext sc) {
     String t = sc.getTraceId();
     if (t != lastTrace) {
       traceHi = hex64(t, 0);
@@ -153,25 +159,8 @@ final class ThreadRecords {
     LONG_BE.set(r, 16, hex64(sc.getSpanId(), 0));
     r[24] = 1;
     r[25] = sc.getTraceFlags().asByte();
-    // The attributes: when they are the ones this buffer already holds (a
-    // sibling span of the same name and route), its bytes are left as
-    // they are and only the 28-byte header is written.
-    String name = SpanAttrs.name(span);
-    String route = name == null ? null : SpanAttrs.route(span);
-    int n;
-    int len = 28;
-    if (name != null && name.equals(names[i]) && Objects.equals(route, routes[i])) {
-      n = attrLen[i];
-    } else {
-      n = SpanAttrs.encode(name, route, r, 28);
-      names[i] = name;
-      routes[i] = route;
-      attrLen[i] = n;
-      len += n;
-    }
-    SHORT_HOST.set(r, 26, (short) n);
-    recs.put(off, r, 0, len);
-    holder[i] = span;
+    SHORT_HOST.set(r, 26, (short) 0);
+    recs.put(i * RECORD, r, 0, 28);
   }
 
   /** Parses 16 hex digits (valid ids are lowercase hex, SpanContext checks). */

@@ -22,8 +22,8 @@ import org.openjdk.jmh.annotations.Warmup;
 
 /**
  * ns per context attach + restore (makeCurrent, close) with the plain SDK context storage
- * ("plain") and with spanprof's wrapper ("spanprof"). Each storage runs in forks of its own: the
- * storage is chosen once per JVM, before the first context use.
+ * ("plain") and with spanprof's wrapper and span processor ("spanprof"). Each storage runs in
+ * forks of its own: the storage is chosen once per JVM, before the first context use.
  */
 @BenchmarkMode(Mode.AverageTime)
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
@@ -48,7 +48,14 @@ public class ContextSwitchBench {
     } else if (storage.equals("spanprof-old")) {
       installFrom(System.getProperty("spanprof.bench.old"));
     }
-    tracer = SdkTracerProvider.builder().build().get("bench");
+    // As SDK autoconfigure and the agent set spanprof up: the storage
+    // wrapper and the span processor that builds each span's record at its
+    // start (the old build has none).
+    io.opentelemetry.sdk.trace.SdkTracerProviderBuilder b = SdkTracerProvider.builder();
+    if (storage.equals("spanprof")) {
+      b.addSpanProcessor(SpanprofThreadContext.spanProcessor());
+    }
+    tracer = b.build().get("bench");
     one = Context.root().with(span(tracer, "GET /items/{id}"));
     for (int i = 0; i < many.length; i++) {
       many[i] = Context.root().with(span(tracer, "GET /items/" + i));
