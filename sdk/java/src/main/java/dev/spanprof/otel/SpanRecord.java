@@ -80,16 +80,19 @@ final class SpanRecord {
    */
   static SpanRecord find(Span span, SpanContext sc) {
     SpanRecord r = TABLE[slot(sc.getSpanId())];
-    if (r == null || r.ctx != sc || SpanAttrs.name(span) != r.name) {
-      return null;
+    return r != null && r.ctx == sc && r.matches(span) ? r : null;
+  }
+
+  /** Whether the span (this record's) still has the name and attributes the record was built from. */
+  boolean matches(Span span) {
+    if (SpanAttrs.name(span) != name) {
+      return false;
     }
-    if (r.server) {
+    if (server) {
       int w = SpanAttrs.attrWrites(span);
-      if (w != r.attrWrites || w == Integer.MIN_VALUE) {
-        return null;
-      }
+      return w == attrWrites && w != Integer.MIN_VALUE;
     }
-    return r;
+    return true;
   }
 
   /** Builds an SDK span's record (null when the span is not the SDK's) and keeps it in the table. */

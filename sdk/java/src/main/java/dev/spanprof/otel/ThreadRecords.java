@@ -40,6 +40,8 @@ final class ThreadRecords {
   private final long base;
   /** The span whose record each buffer holds (null: none), to republish without rewriting. */
   private final Span[] holder = new Span[LEVELS * 2];
+  /** Its SpanRecord (null: ids only), to tell whether the span changed since. */
+  private final SpanRecord[] held = new SpanRecord[LEVELS * 2];
   private final int[] gen = new int[LEVELS * 2];
   /** The last trace id parsed: the SDK hands a trace's spans the same String. */
   private String lastTrace;
@@ -85,12 +87,13 @@ final class ThreadRecords {
     int a = lvl * 2;
     int b = a + 1;
     // The span's record may still be in a buffer of this level (the same
-    // span attached again, or a sibling scope of it): republish it as is.
-    if (holder[a] == span) {
+    // span attached again, or a sibling scope of it): republish it as is,
+    // unless the span was renamed or its attributes written since.
+    if (holder[a] == span && (held[a] == null || held[a].matches(span))) {
       publish(a);
       return;
     }
-    if (holder[b] == span) {
+    if (holder[b] == span && (held[b] == null || held[b].matches(span))) {
       publish(b);
       return;
     }
@@ -120,6 +123,7 @@ final class ThreadRecords {
       writeIds(w, sc);
     }
     holder[w] = span;
+    held[w] = rec;
     publish(w);
   }
 

@@ -416,6 +416,37 @@ class ThreadContextTest {
     }
   }
 
+  @Test
+  void aSpanAttachedAgainIsRepublishedUnlessItChanged() {
+    for (Tracer t : new Tracer[] {started, tracer}) {
+      Span s = server(t, "GET /r", "/r");
+      long first;
+      try (Scope a = s.makeCurrent()) {
+        assertPublished(s, "GET /r", "/r");
+        first = NativeLib.slot();
+      }
+      try (Scope a = s.makeCurrent()) {
+        assertEquals(first, NativeLib.slot(), "unchanged: the same buffer republished");
+      }
+      s.updateName("GET /r2"); // at the same level: its buffer there is stale now
+      try (Scope a = s.makeCurrent()) {
+        assertPublished(s, "GET /r2", "/r");
+      }
+      s.setAttribute(AttributeKey.stringKey("http.route"), "/r2");
+      try (Scope a = s.makeCurrent()) {
+        assertPublished(s, "GET /r2", "/r2");
+      }
+      Span i = t.spanBuilder("i").startSpan();
+      try (Scope a = i.makeCurrent()) {
+        assertPublished(i, "i", null);
+      }
+      i.updateName("i2");
+      try (Scope a = i.makeCurrent()) {
+        assertPublished(i, "i2", null);
+      }
+    }
+  }
+
   /** Ids whose last three span id digits are the same: every span takes one slot of the table. */
   static final class SameSlotIds implements io.opentelemetry.sdk.trace.IdGenerator {
     final java.util.Random rnd = new java.util.Random(4719);
