@@ -28,7 +28,9 @@ final class SpanprofSpanProcessor implements SpanProcessor {
       return;
     }
     try {
-      SpanRecord.build(span, sc, true);
+      if (SpanRecord.build(span, sc, true) != null && !SpanprofThreadContext.STATS.startBuilds) {
+        SpanprofThreadContext.STATS.startBuilds = true;
+      }
     } catch (RuntimeException e) {
       // Never fail the span's start: its first attach builds the record (or counts the error).
       SpanprofThreadContext.STATS.prepareErrors.increment();

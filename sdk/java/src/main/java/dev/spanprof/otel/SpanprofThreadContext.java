@@ -31,6 +31,7 @@ public final class SpanprofThreadContext {
     final LongAdder errors = new LongAdder();
     final LongAdder prepareErrors = new LongAdder();
     volatile boolean wrapped;
+    volatile boolean startBuilds;
 
     private Stats() {}
 
@@ -77,6 +78,14 @@ public final class SpanprofThreadContext {
       return prepareErrors.sum();
     }
 
+    /**
+     * Whether the span processor has built a record at a span's start (else, without it, each
+     * span's first attach builds it).
+     */
+    public boolean recordsBuiltAtStart() {
+      return startBuilds;
+    }
+
     /** Whether the context storage in use is wrapped, i.e. attaches are being published. */
     public boolean storageWrapped() {
       return wrapped;
@@ -87,7 +96,7 @@ public final class SpanprofThreadContext {
       return String.format(
           "spanprof-otel: thread context %s; %d threads set up; %d virtual-thread attaches not published;"
               + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread;"
-              + " %d switches failed; %d span starts failed",
+              + " %d switches failed; records built at %s; %d span starts failed",
           wrapped ? "published" : "NOT published (context storage not wrapped)",
           threads(),
           virtualThreadAttachesSkipped(),
@@ -97,6 +106,7 @@ public final class SpanprofThreadContext {
           restoresPublishedNull(),
           foreignThreadCloses(),
           errors(),
+          startBuilds ? "span start" : "first attach (no span processor)",
           spanStartErrors());
     }
   }

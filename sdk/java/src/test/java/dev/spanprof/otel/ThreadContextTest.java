@@ -360,6 +360,7 @@ class ThreadContextTest {
       assertPublished(s, "GET /built/{id}", "/built/{id}");
     }
     assertEquals(built, SpanRecord.entryForTest(s.getSpanContext().getSpanId()), "the attach built the record again");
+    assertTrue(SpanprofThreadContext.stats().recordsBuiltAtStart());
     Span i = started.spanBuilder("internal").setAttribute(AttributeKey.stringKey("http.route"), "/x").startSpan();
     try (Scope sc = i.makeCurrent()) {
       assertPublished(i, "internal", null);
