@@ -12,12 +12,16 @@ import java.util.Arrays;
  * attaches on every thread copy it in one bulk put: no hex parsing, no encoding, no span lock.
  *
  * <p>Records are built at span start by {@link SpanprofSpanProcessor} (where the span is still
- * the starting thread's alone, so its http.route is read without the lock), or at a first attach
- * that finds none, and kept in a process-wide table of {@link #SLOTS} entries indexed by the span
- * id's last digits: an entry is used only for the very SpanContext it was built for, and only
- * while the span's name and attributes are the ones it was built from (same name String, same
- * count of attribute writes), so a span renamed or given a route after the record was built gets
- * a new one. An entry is immutable and published by a plain array store: its final fields (and
+ * the starting thread's alone, so its http.route is read without the lock) and handed to that
+ * thread's {@link ThreadRecords}, where the span's first attach (usually next, on that thread)
+ * finds it. A span attached first elsewhere, or after another span started on its thread, has
+ * its record built at that attach and kept in a process-wide table of {@link #SLOTS} entries
+ * indexed by the span id's last digits, for its attaches on any thread. (Records built at every
+ * start are not put there: kept for the few milliseconds until another span takes the slot, they
+ * would outlive young collections.) A record is used only for the very SpanContext it was built
+ * for, and only while the span's name and attributes are the ones it was built from (same name
+ * String, same count of attribute writes), so a span renamed or given a route after the record
+ * was built gets a new one. An entry is immutable and published by a plain array store: its final fields (and
  * the bytes they reach, written before construction ends) are seen whole by any thread.
  *
  * <p>The table keeps, per slot, the SpanContext, the name and the encoded bytes of one span (at
@@ -95,8 +99,12 @@ final class SpanRecord {
     return true;
   }
 
-  /** Builds an SDK span's record (null when the span is not the SDK's) and keeps it in the table. */
-  static SpanRecord build(Span span, SpanContext sc, boolean confined) {
+  /**
+   * Builds an SDK span's record (null when the span is not the SDK's), kept in the table when
+   * {@code keep}. confined: no other thread has the span yet (span start), whose http.route is
+   * then read without its lock.
+   */
+  static SpanRecord build(Span span, SpanContext sc, boolean confined, boolean keep) {
     String name = SpanAttrs.name(span);
     if (name == null) {
       return null;
@@ -117,7 +125,9 @@ final class SpanRecord {
     ids(sc, rec, len);
     SHORT_HOST.set(rec, 26, (short) attrs.length);
     SpanRecord r = new SpanRecord(sc, name, server, writes, rec, len);
-    TABLE[slot(sc.getSpanId())] = r;
+    if (keep) {
+      TABLE[slot(sc.getSpanId())] = r;
+    }
     return r;
   }
 

@@ -7,7 +7,8 @@ import io.opentelemetry.sdk.trace.ReadableSpan;
 import io.opentelemetry.sdk.trace.SpanProcessor;
 
 /**
- * Builds each SDK span's record at its start ({@link SpanRecord}), so that its attaches copy it.
+ * Builds each SDK span's record at its start ({@link SpanRecord}) for the starting thread's
+ * attach of it, which then copies it.
  * The SDK calls onStart in startSpan, on the starting thread, before the span is returned to
  * anyone: its attributes (http.route where instrumentation sets it at start) are read without
  * the span's lock. Attributes or a name set later are seen at the next attach, which builds the
@@ -28,7 +29,15 @@ final class SpanprofSpanProcessor implements SpanProcessor {
       return;
     }
     try {
-      if (SpanRecord.build(span, sc, true) != null && !SpanprofThreadContext.STATS.startBuilds) {
+      // For this thread's attach of the span; a thread without records
+      // (a virtual thread) leaves it to the attach, wherever that is.
+      Object st = SpanprofContextStorage.state();
+      if (!(st instanceof ThreadRecords)) {
+        return;
+      }
+      SpanRecord r = SpanRecord.build(span, sc, true, false);
+      ((ThreadRecords) st).started = r;
+      if (r != null && !SpanprofThreadContext.STATS.startBuilds) {
         SpanprofThreadContext.STATS.startBuilds = true;
       }
     } catch (RuntimeException e) {

@@ -49,6 +49,8 @@ final class ThreadRecords {
   private long traceLo;
   private final byte[] hex = new byte[16];
   private final byte[] scratch = new byte[28];
+  /** The record of the span last started on this thread (span processor), for its first attach. */
+  SpanRecord started;
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
   /** The published buffer, -1 for NULL. */
@@ -111,9 +113,12 @@ final class ThreadRecords {
     int w = published == a ? b : published == b ? a : (gen[a] <= gen[b] ? a : b);
     // An SDK span's record is built once (at its start, or at the first
     // attach that finds none) and copied whole; other spans get ids only.
-    SpanRecord rec = SpanRecord.find(span, sc);
-    if (rec == null) {
-      rec = SpanRecord.build(span, sc, false);
+    SpanRecord rec = started;
+    if (rec == null || rec.ctx != sc || !rec.matches(span)) {
+      rec = SpanRecord.find(span, sc);
+      if (rec == null) {
+        rec = SpanRecord.build(span, sc, false, true);
+      }
     }
     gen[w]++;
     holder[w] = null; // until the record is whole: a write that throws leaves nothing to republish

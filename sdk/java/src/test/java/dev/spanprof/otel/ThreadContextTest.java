@@ -354,17 +354,57 @@ class ThreadContextTest {
   void aRecordBuiltAtStartIsCopiedAsIs() {
     assertTrue(SpanAttrs.attrsTracked(), "this SDK's attribute writes are seen without its lock");
     Span s = server(started, "GET /built/{id}", "/built/{id}");
-    SpanRecord built = SpanRecord.entryForTest(s.getSpanContext().getSpanId());
+    SpanRecord built = ((ThreadRecords) SpanprofContextStorage.state()).started;
     assertTrue(built != null && built.ctx == s.getSpanContext(), "no record built at start");
     try (Scope sc = s.makeCurrent()) {
       assertPublished(s, "GET /built/{id}", "/built/{id}");
     }
-    assertEquals(built, SpanRecord.entryForTest(s.getSpanContext().getSpanId()), "the attach built the record again");
+    SpanRecord kept = SpanRecord.entryForTest(s.getSpanContext().getSpanId());
+    assertTrue(kept == null || kept.ctx != s.getSpanContext(), "the attach built the record again");
     assertTrue(SpanprofThreadContext.stats().recordsBuiltAtStart());
     Span i = started.spanBuilder("internal").setAttribute(AttributeKey.stringKey("http.route"), "/x").startSpan();
     try (Scope sc = i.makeCurrent()) {
       assertPublished(i, "internal", null);
     }
+  }
+
+  static void onThread(Runnable r) {
+    java.util.concurrent.atomic.AtomicReference<Throwable> err = new java.util.concurrent.atomic.AtomicReference<>();
+    Thread th = new Thread(() -> {
+      try {
+        r.run();
+      } catch (Throwable e) {
+        err.set(e);
+      }
+    });
+    th.start();
+    try {
+      th.join();
+    } catch (InterruptedException e) {
+      throw new AssertionError(e);
+    }
+    if (err.get() != null) {
+      throw new AssertionError("on another thread", err.get());
+    }
+  }
+
+  @Test
+  void aRecordBuiltAtAnotherThreadsAttachIsSharedByTheNext() {
+    Span s = server(started, "GET /shared", "/shared");
+    String id = s.getSpanContext().getSpanId();
+    onThread(() -> {
+      try (Scope sc = s.makeCurrent()) {
+        assertPublished(s, "GET /shared", "/shared");
+      }
+    });
+    SpanRecord kept = SpanRecord.entryForTest(id);
+    assertTrue(kept != null && kept.ctx == s.getSpanContext(), "the first attach on another thread kept no record");
+    onThread(() -> {
+      try (Scope sc = s.makeCurrent()) {
+        assertPublished(s, "GET /shared", "/shared");
+      }
+    });
+    assertEquals(kept, SpanRecord.entryForTest(id), "a third thread's attach built the record again");
   }
 
   @Test
@@ -399,21 +439,11 @@ class ThreadContextTest {
       // Attached on another thread after a change made on this one.
       c.updateName("GET /c2");
       c.setAttribute(AttributeKey.stringKey("http.route"), "/c2");
-      java.util.concurrent.atomic.AtomicReference<Throwable> err = new java.util.concurrent.atomic.AtomicReference<>();
-      Thread th = new Thread(() -> {
+      onThread(() -> {
         try (Scope sc = c.makeCurrent()) {
           assertPublished(c, "GET /c2", "/c2");
-        } catch (Throwable e) {
-          err.set(e);
         }
       });
-      th.start();
-      try {
-        th.join();
-      } catch (InterruptedException e) {
-        throw new AssertionError(e);
-      }
-      assertEquals(null, err.get());
     }
   }
 

@@ -22,8 +22,9 @@ import org.openjdk.jmh.annotations.Warmup;
 
 /**
  * ns per context attach + restore (makeCurrent, close) with the plain SDK context storage
- * ("plain") and with spanprof's wrapper and span processor ("spanprof"). Each storage runs in
- * forks of its own: the storage is chosen once per JVM, before the first context use.
+ * ("plain") and with spanprof's wrapper and span processor ("spanprof"; "spanprof-noproc": the
+ * wrapper alone). Each storage runs in forks of its own: the storage is chosen once per JVM,
+ * before the first context use.
  */
 @BenchmarkMode(Mode.AverageTime)
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
@@ -43,14 +44,16 @@ public class ContextSwitchBench {
 
   @Setup
   public void setUp() throws Exception {
-    if (storage.equals("spanprof")) {
+    if (storage.startsWith("spanprof") && !storage.equals("spanprof-old")) {
       SpanprofThreadContext.install();
     } else if (storage.equals("spanprof-old")) {
       installFrom(System.getProperty("spanprof.bench.old"));
     }
     // As SDK autoconfigure and the agent set spanprof up: the storage
     // wrapper and the span processor that builds each span's record at its
-    // start (the old build has none).
+    // start. "spanprof-noproc": the wrapper alone (a hand-built SDK without
+    // the processor: each span's first attach builds its record). The old
+    // build has no processor.
     io.opentelemetry.sdk.trace.SdkTracerProviderBuilder b = SdkTracerProvider.builder();
     if (storage.equals("spanprof")) {
       b.addSpanProcessor(SpanprofThreadContext.spanProcessor());
@@ -61,7 +64,7 @@ public class ContextSwitchBench {
       many[i] = Context.root().with(span(tracer, "GET /items/" + i));
       internal[i] = Context.root().with(tracer.spanBuilder("compute " + i).startSpan());
     }
-    if (storage.equals("spanprof") && !SpanprofThreadContext.stats().storageWrapped()) {
+    if (storage.startsWith("spanprof") && !storage.equals("spanprof-old") && !SpanprofThreadContext.stats().storageWrapped()) {
       try (Scope s = one.makeCurrent()) {
         // the wrapper is applied at the storage's first use
       }
