@@ -25,7 +25,8 @@ import java.util.Arrays;
  * the bytes they reach, written before construction ends) are seen whole by any thread.
  *
  * <p>The table keeps, per slot, the SpanContext, the name and the encoded bytes of one span (at
- * most 4096 spans, about 200 bytes each), until another span takes the slot.
+ * most 4096 spans, about 300 bytes each with the SpanContext's strings), until another span takes
+ * the slot.
  */
 final class SpanRecord {
   static final int SLOTS = 4096;
