@@ -84,6 +84,35 @@ public class ContextSwitchBench {
 
   private static Object oldStats;
 
+  // -Dspanprof.bench.cpu=true: each iteration prints the benchmark thread's
+  // CPU time per op ("spanprof-bench-cpu CASE STORAGE NS"), which a machine
+  // shared with other work does not inflate as it does wall time (the
+  // thread's time off the CPU is not counted; GC threads' work is not
+  // either: see -prof gc for what is allocated).
+  private static final boolean CPU = Boolean.getBoolean("spanprof.bench.cpu");
+  private static final java.lang.management.ThreadMXBean THREADS = java.lang.management.ManagementFactory.getThreadMXBean();
+  private long ops;
+  private long cpuStart;
+  private long opsStart;
+
+  @Setup(org.openjdk.jmh.annotations.Level.Iteration)
+  public void iterationStart() {
+    if (CPU) {
+      cpuStart = THREADS.getCurrentThreadCpuTime();
+      opsStart = ops;
+    }
+  }
+
+  @org.openjdk.jmh.annotations.TearDown(org.openjdk.jmh.annotations.Level.Iteration)
+  public void iterationEnd(org.openjdk.jmh.infra.BenchmarkParams p) {
+    if (CPU) {
+      long n = ops - opsStart;
+      String bench = p.getBenchmark().substring(p.getBenchmark().lastIndexOf('.') + 1);
+      System.out.printf("spanprof-bench-cpu %s %s %.2f%n", bench, storage,
+          n == 0 ? 0 : (THREADS.getCurrentThreadCpuTime() - cpuStart) / (double) n);
+    }
+  }
+
   /**
    * "spanprof-old": another build of dev.spanprof.otel (its classes directory in
    * -Dspanprof.bench.old), loaded child-first, so a change and the build before it are timed in
@@ -126,6 +155,7 @@ public class ContextSwitchBench {
   /** The same span attached and restored: its record is republished as it is. */
   @Benchmark
   public void sameSpan() {
+    ops++;
     try (Scope s = one.makeCurrent()) {
       // nothing: the cost measured is the switch
     }
@@ -134,6 +164,7 @@ public class ContextSwitchBench {
   /** A different server span each time: every attach writes a record (ids, name, route). */
   @Benchmark
   public void newSpan() {
+    ops++;
     Context c = many[next++ & (many.length - 1)];
     try (Scope s = c.makeCurrent()) {
       // nothing
@@ -147,6 +178,7 @@ public class ContextSwitchBench {
    */
   @Benchmark
   public void spanLifecycle() {
+    ops++;
     Span span = span(tracer, "GET /items/{id}");
     try (Scope s = span.makeCurrent()) {
       // nothing
@@ -158,6 +190,7 @@ public class ContextSwitchBench {
   /** A different internal span each time: ids and name (no http.route read). */
   @Benchmark
   public void newInternalSpan() {
+    ops++;
     Context c = internal[next++ & (internal.length - 1)];
     try (Scope s = c.makeCurrent()) {
       // nothing
