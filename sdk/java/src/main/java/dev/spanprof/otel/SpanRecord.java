@@ -11,10 +11,10 @@ import java.util.Arrays;
  * An SDK span's whole record (the 28-byte header and its attributes) built once, so that its
  * attaches on every thread copy it in one bulk put: no hex parsing, no encoding, no span lock.
  *
- * <p>Records are built at span start by {@link SpanprofSpanProcessor} (where the span is still
- * the starting thread's alone, so its http.route is read without the lock) and handed to that
- * thread's {@link ThreadRecords}, where the span's first attach (usually next, on that thread)
- * finds it. A span attached first elsewhere, or after another span started on its thread, has
+ * <p>At span start {@link SpanprofSpanProcessor} (where the span is still the starting thread's
+ * alone, so its http.route is read without the lock) builds the record in the starting thread's
+ * {@link ThreadRecords}, where the span's first attach (usually next, on that thread) finds it:
+ * nothing is allocated for it. A span attached first elsewhere, or after another span started on its thread, has
  * its record built at that attach and kept in a process-wide table of {@link #SLOTS} entries
  * indexed by the span id's last digits, for its attaches on any thread. (Records built at every
  * start are not put there: kept for the few milliseconds until another span takes the slot, they
@@ -90,6 +90,11 @@ final class SpanRecord {
 
   /** Whether the span (this record's) still has the name and attributes the record was built from. */
   boolean matches(Span span) {
+    return unchanged(span, name, server, attrWrites);
+  }
+
+  /** Whether an SDK span's name is still that String and, for a server span, its attribute writes that count. */
+  static boolean unchanged(Span span, String name, boolean server, int attrWrites) {
     if (SpanAttrs.name(span) != name) {
       return false;
     }
@@ -101,11 +106,10 @@ final class SpanRecord {
   }
 
   /**
-   * Builds an SDK span's record (null when the span is not the SDK's), kept in the table when
-   * {@code keep}. confined: no other thread has the span yet (span start), whose http.route is
-   * then read without its lock.
+   * Builds an SDK span's record at an attach (null when the span is not the SDK's) and keeps it
+   * in the table; http.route is read under the span's lock.
    */
-  static SpanRecord build(Span span, SpanContext sc, boolean confined, boolean keep) {
+  static SpanRecord build(Span span, SpanContext sc) {
     String name = SpanAttrs.name(span);
     if (name == null) {
       return null;
@@ -117,23 +121,21 @@ final class SpanRecord {
       // The count first: a write racing with the read below then makes
       // the count differ at the next attach, which builds again.
       writes = SpanAttrs.attrWrites(span);
-      route = confined ? SpanAttrs.routeUnlocked(span) : SpanAttrs.route(span);
+      route = SpanAttrs.route(span);
     }
     byte[] attrs = attrs(name, route);
     int len = 28 + attrs.length;
     byte[] rec = new byte[len + 16];
     System.arraycopy(attrs, 0, rec, 28, attrs.length);
     ids(sc, rec, len);
-    SHORT_HOST.set(rec, 26, (short) attrs.length);
+    attrLen(rec, attrs.length);
     SpanRecord r = new SpanRecord(sc, name, server, writes, rec, len);
-    if (keep) {
-      TABLE[slot(sc.getSpanId())] = r;
-    }
+    TABLE[slot(sc.getSpanId())] = r;
     return r;
   }
 
   /** The attribute bytes of a name and route, from the shared encodings when one matches. */
-  private static byte[] attrs(String name, String route) {
+  static byte[] attrs(String name, String route) {
     int i = (name.length() ^ (route == null ? 0 : route.length() << 2)) & (ENCODED.length - 1);
     Encoded e = ENCODED[i];
     if (e != null && (e.name == name || e.name.equals(name))
@@ -149,7 +151,7 @@ final class SpanRecord {
 
   /** The header: ids (hex parsed in the spare bytes at tail), valid, flags. */
   @SuppressWarnings("deprecation") // getBytes(int, int, byte[], int): a plain copy of ASCII
-  private static void ids(SpanContext sc, byte[] rec, int tail) {
+  static void ids(SpanContext sc, byte[] rec, int tail) {
     String t = sc.getTraceId();
     t.getBytes(0, 16, rec, tail);
     long hi = hex64(rec, tail);
@@ -162,6 +164,10 @@ final class SpanRecord {
     LONG_BE.set(rec, 16, s);
     rec[24] = 1;
     rec[25] = sc.getTraceFlags().asByte();
+  }
+
+  static void attrLen(byte[] rec, int n) {
+    SHORT_HOST.set(rec, 26, (short) n);
   }
 
   private static long hex64(byte[] b, int at) {

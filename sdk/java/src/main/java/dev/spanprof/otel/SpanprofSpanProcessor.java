@@ -35,9 +35,8 @@ final class SpanprofSpanProcessor implements SpanProcessor {
       if (!(st instanceof ThreadRecords)) {
         return;
       }
-      SpanRecord r = SpanRecord.build(span, sc, true, false);
-      ((ThreadRecords) st).started = r;
-      if (r != null && !SpanprofThreadContext.STATS.startBuilds) {
+      ((ThreadRecords) st).started(span, sc);
+      if (!SpanprofThreadContext.STATS.startBuilds) {
         SpanprofThreadContext.STATS.startBuilds = true;
       }
     } catch (RuntimeException e) {

@@ -40,8 +40,6 @@ final class ThreadRecords {
   private final long base;
   /** The span whose record each buffer holds (null: none), to republish without rewriting. */
   private final Span[] holder = new Span[LEVELS * 2];
-  /** Its SpanRecord (null: ids only), to tell whether the span changed since. */
-  private final SpanRecord[] held = new SpanRecord[LEVELS * 2];
   private final int[] gen = new int[LEVELS * 2];
   /** The last trace id parsed: the SDK hands a trace's spans the same String. */
   private String lastTrace;
@@ -49,8 +47,20 @@ final class ThreadRecords {
   private long traceLo;
   private final byte[] hex = new byte[16];
   private final byte[] scratch = new byte[28];
-  /** The record of the span last started on this thread (span processor), for its first attach. */
-  SpanRecord started;
+  /**
+   * The record of the span last started on this thread (span processor), for its first attach:
+   * its SpanContext (null: none), name, kind, attribute writes, bytes and length.
+   */
+  private SpanContext startedCtx;
+  private String startedName;
+  private boolean startedServer;
+  private int startedWrites;
+  private final byte[] startedRec = new byte[RECORD + 16];
+  private int startedLen;
+  /** The name, kind and attribute writes of the SDK span whose record each buffer holds (name null: ids only). */
+  private final String[] heldName = new String[LEVELS * 2];
+  private final boolean[] heldServer = new boolean[LEVELS * 2];
+  private final int[] heldWrites = new int[LEVELS * 2];
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
   /** The published buffer, -1 for NULL. */
@@ -91,11 +101,11 @@ final class ThreadRecords {
     // The span's record may still be in a buffer of this level (the same
     // span attached again, or a sibling scope of it): republish it as is,
     // unless the span was renamed or its attributes written since.
-    if (holder[a] == span && (held[a] == null || held[a].matches(span))) {
+    if (holder[a] == span && unchanged(a, span)) {
       publish(a);
       return;
     }
-    if (holder[b] == span && (held[b] == null || held[b].matches(span))) {
+    if (holder[b] == span && unchanged(b, span)) {
       publish(b);
       return;
     }
@@ -113,23 +123,72 @@ final class ThreadRecords {
     int w = published == a ? b : published == b ? a : (gen[a] <= gen[b] ? a : b);
     // An SDK span's record is built once (at its start, or at the first
     // attach that finds none) and copied whole; other spans get ids only.
-    SpanRecord rec = started;
-    if (rec == null || rec.ctx != sc || !rec.matches(span)) {
-      rec = SpanRecord.find(span, sc);
-      if (rec == null) {
-        rec = SpanRecord.build(span, sc, false, true);
-      }
-    }
     gen[w]++;
     holder[w] = null; // until the record is whole: a write that throws leaves nothing to republish
-    if (rec != null) {
-      recs.put(w * RECORD, rec.rec, 0, rec.len);
+    if (startedCtx == sc && SpanRecord.unchanged(span, startedName, startedServer, startedWrites)) {
+      recs.put(w * RECORD, startedRec, 0, startedLen);
+      held(w, startedName, startedServer, startedWrites);
     } else {
-      writeIds(w, sc);
+      SpanRecord rec = SpanRecord.find(span, sc);
+      if (rec == null) {
+        rec = SpanRecord.build(span, sc);
+      }
+      if (rec != null) {
+        recs.put(w * RECORD, rec.rec, 0, rec.len);
+        held(w, rec.name, rec.server, rec.attrWrites);
+      } else {
+        writeIds(w, sc);
+        heldName[w] = null;
+      }
     }
     holder[w] = span;
-    held[w] = rec;
     publish(w);
+  }
+
+  private void held(int i, String name, boolean server, int writes) {
+    heldName[i] = name;
+    heldServer[i] = server;
+    heldWrites[i] = writes;
+  }
+
+  /** Whether buffer i's span is as it was when its record was written (always, for ids only). */
+  private boolean unchanged(int i, Span span) {
+    String n = heldName[i];
+    return n == null || SpanRecord.unchanged(span, n, heldServer[i], heldWrites[i]);
+  }
+
+  /**
+   * Builds the record of an SDK span starting on this thread (the span processor, in the SDK's
+   * startSpan: no other thread has the span yet), for its first attach here.
+   */
+  void started(Span span, SpanContext sc) {
+    startedCtx = null; // until the record is whole
+    String name = SpanAttrs.name(span);
+    if (name == null) {
+      return;
+    }
+    boolean server = SpanAttrs.isServer(span);
+    int writes = -1;
+    String route = null;
+    if (server) {
+      writes = SpanAttrs.attrWrites(span);
+      route = SpanAttrs.routeUnlocked(span);
+    }
+    byte[] attrs = SpanRecord.attrs(name, route);
+    int len = 28 + attrs.length;
+    System.arraycopy(attrs, 0, startedRec, 28, attrs.length);
+    SpanRecord.ids(sc, startedRec, len);
+    SpanRecord.attrLen(startedRec, attrs.length);
+    startedName = name;
+    startedServer = server;
+    startedWrites = writes;
+    startedLen = len;
+    startedCtx = sc;
+  }
+
+  /** The SpanContext of the record built at the last span start here (tests). */
+  SpanContext startedForTest() {
+    return startedCtx;
   }
 
   /** Restores the state a scope saw before its attach. */
