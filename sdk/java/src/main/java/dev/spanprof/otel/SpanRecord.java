@@ -14,8 +14,9 @@ import java.util.Arrays;
  * <p>At span start {@link SpanprofSpanProcessor} (where the span is still the starting thread's
  * alone, so its http.route is read without the lock) builds the record in the starting thread's
  * {@link ThreadRecords}, where the span's first attach (usually next, on that thread) finds it:
- * nothing is allocated for it. A span attached first elsewhere, or after another span started on its thread, has
- * its record built at that attach and kept in a process-wide table of {@link #SLOTS} entries
+ * nothing is allocated for it (but a new encoding of a name and route not seen last). A span
+ * attached first elsewhere, or after another span started on its thread, has its record built
+ * at that attach and kept in a process-wide table of {@link #SLOTS} entries
  * indexed by the span id's last digits, for its attaches on any thread. (Records built at every
  * start are not put there: kept for the few milliseconds until another span takes the slot, they
  * would outlive young collections.) A record is used only for the very SpanContext it was built
