@@ -103,6 +103,9 @@ func TestJavaThreadContext(t *testing.T) {
 			if !strings.Contains(stats, "thread context published") {
 				t.Errorf("the extension did not wrap the context storage: %q", stats)
 			}
+			if !strings.Contains(stats, "records built at span start") {
+				t.Errorf("the extension's span processor built no record at span start: %q", stats)
+			}
 			var n int
 			if i := strings.Index(stats, " virtual-thread attaches not published"); i > 0 {
 				f := strings.Fields(stats[:i])

@@ -1,6 +1,7 @@
 package dev.spanprof.otel;
 
 import io.opentelemetry.api.common.AttributeKey;
+import io.opentelemetry.api.common.Attributes;
 import io.opentelemetry.api.trace.Span;
 import io.opentelemetry.api.trace.SpanKind;
 import io.opentelemetry.sdk.trace.ReadableSpan;
@@ -26,10 +27,21 @@ final class SpanAttrs {
    */
   private static final Class<?> SDK_SPAN;
   private static final VarHandle SDK_SPAN_NAME;
+  /**
+   * The SDK span's attribute map (null until its first attribute) and that map's count of
+   * attribute writes (every put adds one, an overwrite too): null when this SDK has no such
+   * fields. Read without the lock, they only tell whether the attributes changed since a record
+   * was built; the route itself is read under the lock, or at span start, where no other thread
+   * has the span yet.
+   */
+  private static final VarHandle SDK_SPAN_ATTRS;
+  private static final VarHandle ATTRS_WRITES;
 
   static {
     Class<?> c = null;
     VarHandle h = null;
+    VarHandle a = null;
+    VarHandle w = null;
     if (SDK) {
       try {
         // Beside ReadableSpan, whatever its package is named in this class loader.
@@ -39,9 +51,23 @@ final class SpanAttrs {
         c = null;
         h = null;
       }
+      if (c != null) {
+        try {
+          Class<?> m = c.getDeclaredField("attributes").getType();
+          if (Attributes.class.isAssignableFrom(m)) {
+            a = MethodHandles.privateLookupIn(c, MethodHandles.lookup()).findVarHandle(c, "attributes", m);
+            w = MethodHandles.privateLookupIn(m, MethodHandles.lookup()).findVarHandle(m, "totalAddedValues", int.class);
+          }
+        } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+          a = null;
+          w = null;
+        }
+      }
     }
     SDK_SPAN = c;
     SDK_SPAN_NAME = h;
+    SDK_SPAN_ATTRS = w == null ? null : a;
+    ATTRS_WRITES = a == null ? null : w;
   }
 
   private SpanAttrs() {}
@@ -58,6 +84,40 @@ final class SpanAttrs {
   /** Whether the SDK span's name is read without its lock (tests). */
   static boolean unlockedName() {
     return SDK_SPAN_NAME != null;
+  }
+
+  /** Whether a server span's attribute changes are seen without its lock (tests). */
+  static boolean attrsTracked() {
+    return ATTRS_WRITES != null;
+  }
+
+  /** Whether the SDK span is a server span (its http.route is read). */
+  static boolean isServer(Span span) {
+    return ((ReadableSpan) span).getKind() == SpanKind.SERVER;
+  }
+
+  /**
+   * The count of attribute writes to an SDK span, -1 before its first; MIN_VALUE when they are not
+   * tracked (never equal to another read: {@link SpanRecord#find} then builds again).
+   */
+  static int attrWrites(Span span) {
+    if (ATTRS_WRITES == null || span.getClass() != SDK_SPAN) {
+      return Integer.MIN_VALUE;
+    }
+    Object m = SDK_SPAN_ATTRS.get(span);
+    return m == null ? -1 : (int) ATTRS_WRITES.get(m);
+  }
+
+  /**
+   * A server span's http.route read without the span's lock: only where no other thread can be
+   * writing its attributes (span start, in the SDK's startSpan).
+   */
+  static String routeUnlocked(Span span) {
+    if (SDK_SPAN_ATTRS == null || span.getClass() != SDK_SPAN) {
+      return route(span);
+    }
+    Object m = SDK_SPAN_ATTRS.get(span);
+    return m == null ? null : ((Attributes) m).get(HTTP_ROUTE);
   }
 
   /** The span's name, null for a span that is not the SDK's. */

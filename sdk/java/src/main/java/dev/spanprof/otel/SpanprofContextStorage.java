@@ -27,6 +27,11 @@ final class SpanprofContextStorage implements ContextStorage {
     SpanprofThreadContext.STATS.wrapped = true;
   }
 
+  /** The calling thread's ThreadRecords, or a marker for a thread without. */
+  static Object state() {
+    return STATE.get();
+  }
+
   private static Object stateFor() {
     if (Threads.isVirtual(Thread.currentThread())) {
       return VIRTUAL;

@@ -7,7 +7,8 @@ import java.util.Collections;
 /**
  * Installs spanprof-otel from SDK autoconfigure, which the Java agent runs for its extensions and
  * AutoConfiguredOpenTelemetrySdk runs for applications: the properties step comes before the
- * context storage is first used, so the wrapper takes; the resource step publishes the final
+ * context storage is first used, so the wrapper takes; the tracer provider step adds the span
+ * processor that builds each span's record at its start; the resource step publishes the final
  * resource (this customizer runs last). {@code otel.spanprof.enabled=false} turns it off.
  */
 public final class SpanprofCustomizer implements AutoConfigurationCustomizerProvider {
@@ -20,6 +21,11 @@ public final class SpanprofCustomizer implements AutoConfigurationCustomizerProv
           }
           return Collections.emptyMap();
         });
+    c.addTracerProviderCustomizer(
+        (builder, config) ->
+            config.getBoolean("otel.spanprof.enabled", true)
+                ? builder.addSpanProcessor(SpanprofThreadContext.spanProcessor())
+                : builder);
     c.addResourceCustomizer(
         (resource, config) -> {
           if (config.getBoolean("otel.spanprof.enabled", true)) {

@@ -3,6 +3,7 @@ package dev.spanprof.otel;
 import io.opentelemetry.api.common.AttributeKey;
 import io.opentelemetry.context.ContextStorage;
 import io.opentelemetry.sdk.resources.Resource;
+import io.opentelemetry.sdk.trace.SpanProcessor;
 import java.io.ByteArrayOutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
@@ -15,8 +16,8 @@ import java.util.concurrent.atomic.LongAdder;
  *
  * <p>Under the Java agent ({@code -Dotel.javaagent.extensions=spanprof-otel.jar}) and with SDK
  * autoconfigure, {@link SpanprofCustomizer} calls both for you. With a hand-built SDK call {@link
- * #install()} before the first span is made current, and {@link #publishProcessContext(Resource)}
- * with the SDK's resource.
+ * #install()} before the first span is made current, add {@link #spanProcessor()} to the tracer
+ * provider, and call {@link #publishProcessContext(Resource)} with the SDK's resource.
  */
 public final class SpanprofThreadContext {
   /** The counters of what was and was not published. */
@@ -28,7 +29,9 @@ public final class SpanprofThreadContext {
     final LongAdder lostRestores = new LongAdder();
     final LongAdder foreignCloses = new LongAdder();
     final LongAdder errors = new LongAdder();
+    final LongAdder prepareErrors = new LongAdder();
     volatile boolean wrapped;
+    volatile boolean startBuilds;
 
     private Stats() {}
 
@@ -70,6 +73,19 @@ public final class SpanprofThreadContext {
       return errors.sum();
     }
 
+    /** Span starts whose record could not be built (built again at the span's first attach). */
+    public long spanStartErrors() {
+      return prepareErrors.sum();
+    }
+
+    /**
+     * Whether the span processor has built a record at a span's start (else, without it, each
+     * span's first attach builds it).
+     */
+    public boolean recordsBuiltAtStart() {
+      return startBuilds;
+    }
+
     /** Whether the context storage in use is wrapped, i.e. attaches are being published. */
     public boolean storageWrapped() {
       return wrapped;
@@ -80,7 +96,7 @@ public final class SpanprofThreadContext {
       return String.format(
           "spanprof-otel: thread context %s; %d threads set up; %d virtual-thread attaches not published;"
               + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread;"
-              + " %d switches failed",
+              + " %d switches failed; records built at %s; %d span starts failed",
           wrapped ? "published" : "NOT published (context storage not wrapped)",
           threads(),
           virtualThreadAttachesSkipped(),
@@ -89,7 +105,9 @@ public final class SpanprofThreadContext {
           !wrapped ? "not needed" : NativeLib.loaded() ? "loaded" : NativeLib.unavailable,
           restoresPublishedNull(),
           foreignThreadCloses(),
-          errors());
+          errors(),
+          startBuilds ? "span start" : "first attach (no span processor)",
+          spanStartErrors());
     }
   }
 
@@ -101,6 +119,16 @@ public final class SpanprofThreadContext {
   /** The counters. */
   public static Stats stats() {
     return STATS;
+  }
+
+  /**
+   * The span processor that builds each span's record at its start, so that attaches only copy
+   * it (without it a span's first attach builds the record, taking the span's lock for
+   * http.route). SDK autoconfigure and the Java agent add it; a hand-built SDK adds it with
+   * {@code SdkTracerProvider.builder().addSpanProcessor(SpanprofThreadContext.spanProcessor())}.
+   */
+  public static SpanProcessor spanProcessor() {
+    return SpanprofSpanProcessor.INSTANCE;
   }
 
   /**

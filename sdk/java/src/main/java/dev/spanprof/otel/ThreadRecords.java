@@ -6,7 +6,6 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.util.Objects;
 
 /**
  * One platform thread's thread-context records: sdk/c's per-thread buffers (levels x 2 records of
@@ -26,8 +25,8 @@ final class ThreadRecords {
   static final int ATTRS_MAX = RECORD - 28;
   static final int MAX_VALUE = 255;
 
-  // The record is assembled in a heap array and copied in one bulk put (the
-  // header alone when the attributes are unchanged): byte-array views compile
+  // A record is assembled in a heap array (SpanRecord's, or the scratch
+  // one for ids alone) and copied in one bulk put: byte-array views compile
   // to plain stores, while each direct-buffer access carries its own checks.
   private static final VarHandle LONG_BE =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
@@ -47,11 +46,21 @@ final class ThreadRecords {
   private long traceHi;
   private long traceLo;
   private final byte[] hex = new byte[16];
-  /** The name and route whose encoding each buffer holds, and its length. */
-  private final String[] names = new String[LEVELS * 2];
-  private final String[] routes = new String[LEVELS * 2];
-  private final int[] attrLen = new int[LEVELS * 2];
-  private final byte[] scratch = new byte[RECORD];
+  private final byte[] scratch = new byte[28];
+  /**
+   * The record of the span last started on this thread (span processor), for its first attach:
+   * its SpanContext (null: none), name, kind, attribute writes, bytes and length.
+   */
+  private SpanContext startedCtx;
+  private String startedName;
+  private boolean startedServer;
+  private int startedWrites;
+  private final byte[] startedRec = new byte[RECORD + 16];
+  private int startedLen;
+  /** The name, kind and attribute writes of the SDK span whose record each buffer holds (name null: ids only). */
+  private final String[] heldName = new String[LEVELS * 2];
+  private final boolean[] heldServer = new boolean[LEVELS * 2];
+  private final int[] heldWrites = new int[LEVELS * 2];
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
   /** The published buffer, -1 for NULL. */
@@ -90,12 +99,13 @@ final class ThreadRecords {
     int a = lvl * 2;
     int b = a + 1;
     // The span's record may still be in a buffer of this level (the same
-    // span attached again, or a sibling scope of it): republish it as is.
-    if (holder[a] == span) {
+    // span attached again, or a sibling scope of it): republish it as is,
+    // unless the span was renamed or its attributes written since.
+    if (holder[a] == span && unchanged(a, span)) {
       publish(a);
       return;
     }
-    if (holder[b] == span) {
+    if (holder[b] == span && unchanged(b, span)) {
       publish(b);
       return;
     }
@@ -111,8 +121,74 @@ final class ThreadRecords {
     // Fill the buffer the reader cannot be looking at; of the two, the
     // older one, so a recently restored record survives longest.
     int w = published == a ? b : published == b ? a : (gen[a] <= gen[b] ? a : b);
-    write(w, span, sc);
+    // An SDK span's record is built once (at its start, or at the first
+    // attach that finds none) and copied whole; other spans get ids only.
+    gen[w]++;
+    holder[w] = null; // until the record is whole: a write that throws leaves nothing to republish
+    if (startedCtx == sc && SpanRecord.unchanged(span, startedName, startedServer, startedWrites)) {
+      recs.put(w * RECORD, startedRec, 0, startedLen);
+      held(w, startedName, startedServer, startedWrites);
+    } else {
+      SpanRecord rec = SpanRecord.find(span, sc);
+      if (rec == null) {
+        rec = SpanRecord.build(span, sc);
+      }
+      if (rec != null) {
+        recs.put(w * RECORD, rec.rec, 0, rec.len);
+        held(w, rec.name, rec.server, rec.attrWrites);
+      } else {
+        writeIds(w, sc);
+        heldName[w] = null;
+      }
+    }
+    holder[w] = span;
     publish(w);
+  }
+
+  private void held(int i, String name, boolean server, int writes) {
+    heldName[i] = name;
+    heldServer[i] = server;
+    heldWrites[i] = writes;
+  }
+
+  /** Whether buffer i's span is as it was when its record was written (always, for ids only). */
+  private boolean unchanged(int i, Span span) {
+    String n = heldName[i];
+    return n == null || SpanRecord.unchanged(span, n, heldServer[i], heldWrites[i]);
+  }
+
+  /**
+   * Builds the record of an SDK span starting on this thread (the span processor, in the SDK's
+   * startSpan: no other thread has the span yet), for its first attach here.
+   */
+  void started(Span span, SpanContext sc) {
+    startedCtx = null; // until the record is whole
+    String name = SpanAttrs.name(span);
+    if (name == null) {
+      return;
+    }
+    boolean server = SpanAttrs.isServer(span);
+    int writes = -1;
+    String route = null;
+    if (server) {
+      writes = SpanAttrs.attrWrites(span);
+      route = SpanAttrs.routeUnlocked(span);
+    }
+    byte[] attrs = SpanRecord.attrs(name, route);
+    int len = 28 + attrs.length;
+    System.arraycopy(attrs, 0, startedRec, 28, attrs.length);
+    SpanRecord.ids(sc, startedRec, len);
+    SpanRecord.attrLen(startedRec, attrs.length);
+    startedName = name;
+    startedServer = server;
+    startedWrites = writes;
+    startedLen = len;
+    startedCtx = sc;
+  }
+
+  /** The SpanContext of the record built at the last span start here (tests). */
+  SpanContext startedForTest() {
+    return startedCtx;
   }
 
   /** Restores the state a scope saw before its attach. */
@@ -137,10 +213,8 @@ final class ThreadRecords {
     published = i;
   }
 
-  private void write(int i, Span span, SpanContext sc) {
-    gen[i]++;
-    holder[i] = null; // until the record is whole: a write that throws leaves nothing to republish
-    int off = i * RECORD;
+  /** A record of ids and flags, no attributes (a span that is not the SDK's). */
+  private void writeIds(int i, SpanContext sc) {
     String t = sc.getTraceId();
     if (t != lastTrace) {
       traceHi = hex64(t, 0);
@@ -153,25 +227,8 @@ final class ThreadRecords {
     LONG_BE.set(r, 16, hex64(sc.getSpanId(), 0));
     r[24] = 1;
     r[25] = sc.getTraceFlags().asByte();
-    // The attributes: when they are the ones this buffer already holds (a
-    // sibling span of the same name and route), its bytes are left as
-    // they are and only the 28-byte header is written.
-    String name = SpanAttrs.name(span);
-    String route = name == null ? null : SpanAttrs.route(span);
-    int n;
-    int len = 28;
-    if (name != null && name.equals(names[i]) && Objects.equals(route, routes[i])) {
-      n = attrLen[i];
-    } else {
-      n = SpanAttrs.encode(name, route, r, 28);
-      names[i] = name;
-      routes[i] = route;
-      attrLen[i] = n;
-      len += n;
-    }
-    SHORT_HOST.set(r, 26, (short) n);
-    recs.put(off, r, 0, len);
-    holder[i] = span;
+    SHORT_HOST.set(r, 26, (short) 0);
+    recs.put(i * RECORD, r, 0, 28);
   }
 
   /** Parses 16 hex digits (valid ids are lowercase hex, SpanContext checks). */

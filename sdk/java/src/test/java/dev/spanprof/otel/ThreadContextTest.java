@@ -33,12 +33,16 @@ import org.junit.jupiter.api.Test;
 
 /** Checks the records the wrapper publishes against the spans the SDK made, read back as a profiler would. */
 class ThreadContextTest {
+  /** Without spanprof's span processor: a span's first attach builds its record. */
   static Tracer tracer;
+  /** With it (as autoconfigure and the agent set up): records are built at span start. */
+  static Tracer started;
 
   @BeforeAll
   static void setUp() {
     SpanprofThreadContext.install(); // before the storage's first use
     tracer = SdkTracerProvider.builder().build().get("test");
+    started = SdkTracerProvider.builder().addSpanProcessor(SpanprofThreadContext.spanProcessor()).build().get("test");
     assertTrue(NativeLib.loaded(), "JNI library: " + NativeLib.unavailable);
   }
 
@@ -243,6 +247,11 @@ class ThreadContextTest {
 
   @Test
   void siblingsGetTheirOwnNameAndRoute() {
+    siblingsGetTheirOwnNameAndRoute(tracer);
+    siblingsGetTheirOwnNameAndRoute(started);
+  }
+
+  static void siblingsGetTheirOwnNameAndRoute(Tracer tracer) {
     assertTrue(SpanAttrs.unlockedName(), "this SDK's span name is read without its lock");
     String[] names = {"GET /a", "GET /a", "GET /b", "GET /a", "x", "GET /b", "GET /b"};
     String[] routes = {"/a", "/a", "/b", "/a2", null, "/b", null};
@@ -331,5 +340,187 @@ class ThreadContextTest {
     String maps = Files.readString(Paths.get("/proc/self/maps"));
     assertTrue(maps.contains("OTEL_CTX"), "no OTEL_CTX mapping in /proc/self/maps");
     assertTrue(SpanprofThreadContext.stats().storageWrapped());
+  }
+
+  static Span server(Tracer t, String name, String route) {
+    io.opentelemetry.api.trace.SpanBuilder b = t.spanBuilder(name).setSpanKind(SpanKind.SERVER);
+    if (route != null) {
+      b.setAttribute(AttributeKey.stringKey("http.route"), route);
+    }
+    return b.startSpan();
+  }
+
+  @Test
+  void aRecordBuiltAtStartIsCopiedAsIs() {
+    assertTrue(SpanAttrs.attrsTracked(), "this SDK's attribute writes are seen without its lock");
+    Span s = server(started, "GET /built/{id}", "/built/{id}");
+    assertEquals(s.getSpanContext(), ((ThreadRecords) SpanprofContextStorage.state()).startedForTest(), "no record built at start");
+    try (Scope sc = s.makeCurrent()) {
+      assertPublished(s, "GET /built/{id}", "/built/{id}");
+    }
+    SpanRecord kept = SpanRecord.entryForTest(s.getSpanContext().getSpanId());
+    assertTrue(kept == null || kept.ctx != s.getSpanContext(), "the attach built the record again");
+    assertTrue(SpanprofThreadContext.stats().recordsBuiltAtStart());
+    Span i = started.spanBuilder("internal").setAttribute(AttributeKey.stringKey("http.route"), "/x").startSpan();
+    try (Scope sc = i.makeCurrent()) {
+      assertPublished(i, "internal", null);
+    }
+  }
+
+  static void onThread(Runnable r) {
+    java.util.concurrent.atomic.AtomicReference<Throwable> err = new java.util.concurrent.atomic.AtomicReference<>();
+    Thread th = new Thread(() -> {
+      try {
+        r.run();
+      } catch (Throwable e) {
+        err.set(e);
+      }
+    });
+    th.start();
+    try {
+      th.join();
+    } catch (InterruptedException e) {
+      throw new AssertionError(e);
+    }
+    if (err.get() != null) {
+      throw new AssertionError("on another thread", err.get());
+    }
+  }
+
+  @Test
+  void aRecordBuiltAtAnotherThreadsAttachIsSharedByTheNext() {
+    Span s = server(started, "GET /shared", "/shared");
+    String id = s.getSpanContext().getSpanId();
+    onThread(() -> {
+      try (Scope sc = s.makeCurrent()) {
+        assertPublished(s, "GET /shared", "/shared");
+      }
+    });
+    SpanRecord kept = SpanRecord.entryForTest(id);
+    assertTrue(kept != null && kept.ctx == s.getSpanContext(), "the first attach on another thread kept no record");
+    onThread(() -> {
+      try (Scope sc = s.makeCurrent()) {
+        assertPublished(s, "GET /shared", "/shared");
+      }
+    });
+    assertEquals(kept, SpanRecord.entryForTest(id), "a third thread's attach built the record again");
+  }
+
+  @Test
+  void aNameOrRouteSetAfterStartIsPublished() {
+    for (Tracer t : new Tracer[] {started, tracer}) {
+      // Renamed before its first attach.
+      Span a = server(t, "GET", "/a");
+      a.updateName("GET /a");
+      try (Scope sc = a.makeCurrent()) {
+        assertPublished(a, "GET /a", "/a");
+      }
+      // A route first set after start (no attribute at start).
+      Span b = server(t, "GET /b", null);
+      try (Scope sc = b.makeCurrent()) {
+        assertPublished(b, "GET /b", null);
+      }
+      b.setAttribute(AttributeKey.stringKey("http.route"), "/b");
+      try (Scope p = Context.root().with(t.spanBuilder("p").startSpan()).makeCurrent(); Scope sc = b.makeCurrent()) {
+        assertPublished(b, "GET /b", "/b");
+      }
+      // A route overwritten, and another attribute written, name unchanged.
+      Span c = server(t, "GET /c", "/c");
+      c.setAttribute(AttributeKey.stringKey("http.route"), "/c/{id}");
+      try (Scope sc = c.makeCurrent()) {
+        assertPublished(c, "GET /c", "/c/{id}");
+      }
+      c.setAttribute(AttributeKey.stringKey("other"), "x");
+      c.updateName(new String("GET /c")); // equal, not the same String
+      try (Scope p = Context.root().with(t.spanBuilder("p").startSpan()).makeCurrent(); Scope sc = c.makeCurrent()) {
+        assertPublished(c, "GET /c", "/c/{id}");
+      }
+      // Attached on another thread after a change made on this one.
+      c.updateName("GET /c2");
+      c.setAttribute(AttributeKey.stringKey("http.route"), "/c2");
+      onThread(() -> {
+        try (Scope sc = c.makeCurrent()) {
+          assertPublished(c, "GET /c2", "/c2");
+        }
+      });
+    }
+  }
+
+  @Test
+  void aSpanAttachedAgainIsRepublishedUnlessItChanged() {
+    for (Tracer t : new Tracer[] {started, tracer}) {
+      Span s = server(t, "GET /r", "/r");
+      long first;
+      try (Scope a = s.makeCurrent()) {
+        assertPublished(s, "GET /r", "/r");
+        first = NativeLib.slot();
+      }
+      try (Scope a = s.makeCurrent()) {
+        assertEquals(first, NativeLib.slot(), "unchanged: the same buffer republished");
+      }
+      s.updateName("GET /r2"); // at the same level: its buffer there is stale now
+      try (Scope a = s.makeCurrent()) {
+        assertPublished(s, "GET /r2", "/r");
+      }
+      s.setAttribute(AttributeKey.stringKey("http.route"), "/r2");
+      try (Scope a = s.makeCurrent()) {
+        assertPublished(s, "GET /r2", "/r2");
+      }
+      Span i = t.spanBuilder("i").startSpan();
+      try (Scope a = i.makeCurrent()) {
+        assertPublished(i, "i", null);
+      }
+      i.updateName("i2");
+      try (Scope a = i.makeCurrent()) {
+        assertPublished(i, "i2", null);
+      }
+    }
+  }
+
+  /** Ids whose last three span id digits are the same: every span takes one slot of the table. */
+  static final class SameSlotIds implements io.opentelemetry.sdk.trace.IdGenerator {
+    final java.util.Random rnd = new java.util.Random(4719);
+
+    @Override
+    public String generateSpanId() {
+      return String.format("%013x", rnd.nextLong() & 0xFFFFFFFFFFFFFL | 1L << 48).substring(0, 13) + "abc";
+    }
+
+    @Override
+    public String generateTraceId() {
+      return String.format("%016x%016x", rnd.nextLong() | 1, rnd.nextLong());
+    }
+  }
+
+  @Test
+  void spansSharingASlotEachPublishTheirOwnRecord() {
+    Tracer t = SdkTracerProvider.builder().setIdGenerator(new SameSlotIds())
+        .addSpanProcessor(SpanprofThreadContext.spanProcessor()).build().get("test");
+    List<Span> spans = new ArrayList<>();
+    for (int i = 0; i < 6; i++) {
+      spans.add(server(t, "GET /s" + i, "/s" + i));
+    }
+    assertEquals(SpanRecord.slot(spans.get(0).getSpanContext().getSpanId()),
+        SpanRecord.slot(spans.get(5).getSpanContext().getSpanId()));
+    for (int round = 0; round < 3; round++) {
+      for (int i = 0; i < spans.size(); i++) {
+        Span s = spans.get(i);
+        try (Scope p = Context.root().with(t.spanBuilder("p" + i).startSpan()).makeCurrent(); Scope sc = s.makeCurrent()) {
+          assertPublished(s, "GET /s" + i, "/s" + i);
+        }
+      }
+    }
+  }
+
+  @Test
+  void slotsSpreadRandomIds() {
+    java.util.Random rnd = new java.util.Random(1);
+    int[] n = new int[SpanRecord.SLOTS];
+    for (int i = 0; i < 100000; i++) {
+      n[SpanRecord.slot(String.format("%016x", rnd.nextLong()))]++;
+    }
+    for (int i = 0; i < n.length; i++) {
+      assertTrue(n[i] > 0, "slot " + i + " never used");
+    }
   }
 }

@@ -22,8 +22,9 @@ import org.openjdk.jmh.annotations.Warmup;
 
 /**
  * ns per context attach + restore (makeCurrent, close) with the plain SDK context storage
- * ("plain") and with spanprof's wrapper ("spanprof"). Each storage runs in forks of its own: the
- * storage is chosen once per JVM, before the first context use.
+ * ("plain") and with spanprof's wrapper and span processor ("spanprof"; "spanprof-noproc": the
+ * wrapper alone). Each storage runs in forks of its own: the storage is chosen once per JVM,
+ * before the first context use.
  */
 @BenchmarkMode(Mode.AverageTime)
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
@@ -43,18 +44,27 @@ public class ContextSwitchBench {
 
   @Setup
   public void setUp() throws Exception {
-    if (storage.equals("spanprof")) {
+    if (storage.startsWith("spanprof") && !storage.equals("spanprof-old")) {
       SpanprofThreadContext.install();
     } else if (storage.equals("spanprof-old")) {
       installFrom(System.getProperty("spanprof.bench.old"));
     }
-    tracer = SdkTracerProvider.builder().build().get("bench");
+    // As SDK autoconfigure and the agent set spanprof up: the storage
+    // wrapper and the span processor that builds each span's record at its
+    // start. "spanprof-noproc": the wrapper alone (a hand-built SDK without
+    // the processor: each span's first attach builds its record). The old
+    // build has no processor.
+    io.opentelemetry.sdk.trace.SdkTracerProviderBuilder b = SdkTracerProvider.builder();
+    if (storage.equals("spanprof")) {
+      b.addSpanProcessor(SpanprofThreadContext.spanProcessor());
+    }
+    tracer = b.build().get("bench");
     one = Context.root().with(span(tracer, "GET /items/{id}"));
     for (int i = 0; i < many.length; i++) {
       many[i] = Context.root().with(span(tracer, "GET /items/" + i));
       internal[i] = Context.root().with(tracer.spanBuilder("compute " + i).startSpan());
     }
-    if (storage.equals("spanprof") && !SpanprofThreadContext.stats().storageWrapped()) {
+    if (storage.startsWith("spanprof") && !storage.equals("spanprof-old") && !SpanprofThreadContext.stats().storageWrapped()) {
       try (Scope s = one.makeCurrent()) {
         // the wrapper is applied at the storage's first use
       }
@@ -73,6 +83,35 @@ public class ContextSwitchBench {
   }
 
   private static Object oldStats;
+
+  // -Dspanprof.bench.cpu=true: each iteration prints the benchmark thread's
+  // CPU time per op ("spanprof-bench-cpu CASE STORAGE NS"), which a machine
+  // shared with other work does not inflate as it does wall time (the
+  // thread's time off the CPU is not counted; GC threads' work is not
+  // either: see -prof gc for what is allocated).
+  private static final boolean CPU = Boolean.getBoolean("spanprof.bench.cpu");
+  private static final java.lang.management.ThreadMXBean THREADS = java.lang.management.ManagementFactory.getThreadMXBean();
+  private long ops;
+  private long cpuStart;
+  private long opsStart;
+
+  @Setup(org.openjdk.jmh.annotations.Level.Iteration)
+  public void iterationStart() {
+    if (CPU) {
+      cpuStart = THREADS.getCurrentThreadCpuTime();
+      opsStart = ops;
+    }
+  }
+
+  @org.openjdk.jmh.annotations.TearDown(org.openjdk.jmh.annotations.Level.Iteration)
+  public void iterationEnd(org.openjdk.jmh.infra.BenchmarkParams p) {
+    if (CPU) {
+      long n = ops - opsStart;
+      String bench = p.getBenchmark().substring(p.getBenchmark().lastIndexOf('.') + 1);
+      System.out.printf("spanprof-bench-cpu %s %s %.2f%n", bench, storage,
+          n == 0 ? 0 : (THREADS.getCurrentThreadCpuTime() - cpuStart) / (double) n);
+    }
+  }
 
   /**
    * "spanprof-old": another build of dev.spanprof.otel (its classes directory in
@@ -116,6 +155,7 @@ public class ContextSwitchBench {
   /** The same span attached and restored: its record is republished as it is. */
   @Benchmark
   public void sameSpan() {
+    ops++;
     try (Scope s = one.makeCurrent()) {
       // nothing: the cost measured is the switch
     }
@@ -124,6 +164,7 @@ public class ContextSwitchBench {
   /** A different server span each time: every attach writes a record (ids, name, route). */
   @Benchmark
   public void newSpan() {
+    ops++;
     Context c = many[next++ & (many.length - 1)];
     try (Scope s = c.makeCurrent()) {
       // nothing
@@ -137,6 +178,7 @@ public class ContextSwitchBench {
    */
   @Benchmark
   public void spanLifecycle() {
+    ops++;
     Span span = span(tracer, "GET /items/{id}");
     try (Scope s = span.makeCurrent()) {
       // nothing
@@ -148,6 +190,7 @@ public class ContextSwitchBench {
   /** A different internal span each time: ids and name (no http.route read). */
   @Benchmark
   public void newInternalSpan() {
+    ops++;
     Context c = internal[next++ & (internal.length - 1)];
     try (Scope s = c.makeCurrent()) {
       // nothing
