@@ -4,6 +4,7 @@ import (
 	"debug/gosym"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 
@@ -54,6 +55,7 @@ func newGoTable(p *gopclntab.Table) (*goTable, error) {
 // lookup returns function, file and line at vaddr. Inlined frames are not
 // expanded: an inlined callee is reported as its outermost caller.
 func (g *goTable) lookup(vaddr uint64) (fn, file string, line int, ok bool) {
+	defer runtime.KeepAlive(g) // g.pcln may be a mapping its slices do not hold
 	if g.lazy != nil {
 		return g.lazy.lookup(vaddr)
 	}
@@ -66,6 +68,7 @@ func (g *goTable) lookup(vaddr uint64) (fn, file string, line int, ok bool) {
 
 // covers reports whether the Go function table holds vaddr.
 func (g *goTable) covers(vaddr uint64) bool {
+	defer runtime.KeepAlive(g)
 	if g.lazy != nil {
 		_, ok := g.lazy.find(vaddr)
 		return ok

@@ -3,6 +3,7 @@ package unwind
 import (
 	"debug/elf"
 	"encoding/binary"
+	"runtime"
 	"slices"
 	"sort"
 )
@@ -31,6 +32,7 @@ func (t *Table) FunctionAt(vaddr uint64) (FuncRange, bool) {
 
 // bounds returns the range of the FDE covering pc.
 func (fs *frameSection) bounds(pc uint64) (FuncRange, bool) {
+	defer runtime.KeepAlive(fs)
 	off, found := fs.find(pc)
 	if !found || off < 0 || off >= len(fs.data) {
 		return FuncRange{}, false
@@ -78,6 +80,7 @@ func FunctionRanges(f *elf.File) ([]FuncRange, error) {
 // ranges lists every FDE's range, from the .eh_frame_hdr table when
 // the section has one, else from the scan's index.
 func (fs *frameSection) ranges() []FuncRange {
+	defer runtime.KeepAlive(fs)
 	var out []FuncRange
 	if fs.hdr != nil {
 		for i := 0; i+8 <= len(fs.hdr); i += 8 {
