@@ -148,6 +148,12 @@ func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) bo
 	data, strs := symMap.Data, strMap.Data
 	const symSize = 24 // Elf64_Sym
 	for off := symSize; off+symSize <= len(data); off += symSize {
+		if off%(dropEvery*symSize) == 0 {
+			// Whole tables are read once: keep the pages resident
+			// for a slice of the read, not all of it.
+			symMap.DropPages()
+			strMap.DropPages()
+		}
 		e := data[off : off+symSize]
 		info := e[4]
 		if t := elf.ST_TYPE(info); t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC && t != elf.STT_NOTYPE {
@@ -170,6 +176,10 @@ func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) bo
 	}
 	return true
 }
+
+// dropEvery is how many symbols eachMappedSymbol reads between releases
+// of the pages it touched: 1.5 MiB of symbols and their names.
+const dropEvery = 1 << 16
 
 // codeLabel reports whether a typeless symbol names code: one in an
 // executable section, not an assembler-local or mapping symbol (.L1, $x).
