@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -68,5 +70,38 @@ func Map(s *elf.Section) (m *Section, ok bool) {
 func (m *Section) DropPages() {
 	if m != nil {
 		_ = syscall.Madvise(m.mem, syscall.MADV_DONTNEED)
+	}
+}
+
+// faults counts the reads of a mapping that faulted (Recover).
+var faults atomic.Uint64
+
+// Faults reports how many reads of a mapped section faulted: the file was
+// truncated or rewritten in place under the mapping (a shared library
+// copied over while in use). Each such read answered "not found".
+func Faults() uint64 { return faults.Load() }
+
+// Guard makes a fault of the calling goroutine a panic that Recover
+// catches, rather than a crash: a file truncated under its mapping
+// raises SIGBUS on the pages past its new end. Use it as
+//
+//	defer elfmap.Recover(elfmap.Guard(), &ok)
+//
+// in a function with a named boolean result ok, which a fault sets to
+// false.
+func Guard() (old bool) { return debug.SetPanicOnFault(true) }
+
+// Recover restores the fault setting Guard changed and turns a memory
+// fault into *ok = false, counted; any other panic goes on.
+func Recover(old bool, ok *bool) {
+	debug.SetPanicOnFault(old)
+	if r := recover(); r != nil {
+		if _, isFault := r.(interface{ Addr() uintptr }); !isFault {
+			panic(r)
+		}
+		faults.Add(1)
+		if ok != nil {
+			*ok = false
+		}
 	}
 }

@@ -116,7 +116,7 @@ func newSymtab(files ...*elf.File) *symtab {
 // having called nothing, when ff has no such section or it cannot be
 // mapped (64-bit little-endian files from disk only); the caller reads
 // it then.
-func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) bool {
+func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) (mapped bool) {
 	if ff.Class != elf.ELFCLASS64 || ff.Data != elf.ELFDATA2LSB {
 		return false
 	}
@@ -145,6 +145,8 @@ func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) bo
 		runtime.KeepAlive(symMap)
 		runtime.KeepAlive(strMap)
 	}()
+	// A file truncated under the mappings faults: the caller reads it.
+	defer elfmap.Recover(elfmap.Guard(), &mapped)
 	data, strs := symMap.Data, strMap.Data
 	const symSize = 24 // Elf64_Sym
 	for off := symSize; off+symSize <= len(data); off += symSize {

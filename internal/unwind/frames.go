@@ -265,6 +265,7 @@ func (fs *frameSection) find(pc uint64) (int, bool) {
 // FDE covers pc.
 func (fs *frameSection) rows(pc uint64) (start uint64, rows []row, ok bool, err error) {
 	defer runtime.KeepAlive(fs)
+	defer elfmap.Recover(elfmap.Guard(), &ok)
 	off, found := fs.find(pc)
 	if !found || off < 0 || off >= len(fs.data) {
 		return 0, nil, false, nil

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sort"
 
+	"github.com/spanprof/spanprof/internal/elfmap"
 	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
@@ -76,6 +77,7 @@ func newGoFrames(p *gopclntab.Table) (*goFrames, error) {
 // may not keep a frame pointer, so they are Unknown there.
 func (g *goFrames) rows(pc uint64) (start uint64, rows []row, ok bool, err error) {
 	defer runtime.KeepAlive(g)
+	defer elfmap.Recover(elfmap.Guard(), &ok)
 	if pc < g.textStart {
 		return 0, nil, false, nil
 	}
