@@ -46,6 +46,7 @@ var stages = map[string]int{
 	"internal/cli":               base,
 	"internal/clock":             base,
 	"internal/debuginfod":        base,
+	"internal/elfmap":            base,
 	"internal/elfmutate":         base,
 	"internal/gopclntab":         base,
 	"internal/jvm":               base,

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/spanprof/spanprof/internal/elfmap"
 )
 
 // ErrNotFound is returned for files that are not Go binaries.
@@ -28,10 +30,13 @@ type Table struct {
 	// TextStart is the address of runtime.text, which 1.18+ function
 	// entries are relative to.
 	TextStart uint64
+	// mapped is the file mapping Data lies in, nil when Data is heap:
+	// readers of Data keep the Table reachable while they read.
+	mapped *elfmap.Section
 }
 
 // Find locates the Go function table of f: by the .gopclntab
-// section, or, in binaries whose section headers are gone, by scanning
+// section (mapped from the file when f reads an *os.File), or, in binaries whose section headers are gone, by scanning
 // the read-only segments for the pcHeader magic. Go's -s -w only drops
 // .symtab and DWARF, so the section is the usual path.
 func Find(f *elf.File) (*Table, error) {
@@ -41,6 +46,14 @@ func Find(f *elf.File) (*Table, error) {
 		s = f.Section(".data.rel.ro.gopclntab")
 	}
 	if s != nil {
+		if m, ok := elfmap.Map(s); ok {
+			// A Go binary's pclntab is a third of it, and lookups
+			// touch a few pages: mapped, not read.
+			if !validPclnHeader(m.Data) {
+				return nil, fmt.Errorf("read .gopclntab: bad header: %w", ErrNotFound)
+			}
+			return &Table{Data: m.Data, Addr: s.Addr, TextStart: textStart(f, m.Data, s.Addr), mapped: m}, nil
+		}
 		data, err := s.Data()
 		if err != nil {
 			return nil, fmt.Errorf("read .gopclntab: %w", err)

@@ -48,7 +48,8 @@ func (s *Store) Len() int {
 	return len(s.tabs)
 }
 
-// Bytes reports the pclntab bytes the store's tables hold, each once.
+// Bytes reports the pclntab heap bytes the store's tables hold, each once
+// (mapped tables count none: MappedBytes).
 func (s *Store) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -129,10 +130,42 @@ func (h *Holder) Release(key string) {
 	e.claims[0].charged.Add(n)
 }
 
-// Size is the memory the table holds, as the caches count it.
+// Size is the memory the table holds, as the caches count it: its bytes
+// when they are heap, none when they are a mapping of the file, whose
+// pages Release drops (Store.DropPages, after every batch of lookups).
 func (p *Table) Size() int64 {
-	if p == nil {
+	if p == nil || p.mapped != nil {
 		return 0
 	}
 	return int64(len(p.Data))
+}
+
+// DropPages drops the resident pages of the mapped tables (Table.DropPages);
+// the symbolizer calls it after each batch of lookups, so that the pages
+// lookups touched stay resident for one batch at most.
+func (s *Store) DropPages() {
+	s.mu.Lock()
+	tabs := make([]*Table, 0, len(s.tabs))
+	for _, e := range s.tabs {
+		tabs = append(tabs, e.tab)
+	}
+	s.mu.Unlock()
+	for _, t := range tabs {
+		t.DropPages()
+	}
+}
+
+// MappedBytes reports the length of the mapped tables, each once: address
+// space, of which only the pages touched since the last DropPages are
+// resident.
+func (s *Store) MappedBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, e := range s.tabs {
+		if e.tab.Mapped() {
+			n += int64(len(e.tab.Data))
+		}
+	}
+	return n
 }

@@ -110,3 +110,43 @@ func TestCacheExitedProcess(t *testing.T) {
 		t.Error("ForgetExited kept the table")
 	}
 }
+
+// TestCacheAbsentMapRechecked checks that a process found without a map
+// file is not looked at again on every unnamed address, that its file is
+// read once the recheck time has passed, and at once when Miss wrote it.
+func TestCacheAbsentMapRechecked(t *testing.T) {
+	root := t.TempDir()
+	const pid, other = 4245, 4246
+	path := func(p int) string {
+		return filepath.Join(root, fmt.Sprint(p), "root", "tmp", fmt.Sprintf("perf-%d.map", p))
+	}
+	write := func(p int) {
+		os.MkdirAll(filepath.Dir(path(p)), 0o755)
+		if err := os.WriteFile(path(p), []byte("1000 100 Late.jit\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missed := false
+	c := New(Options{ProcRoot: root, Miss: func(p uint32) bool {
+		if p != other || missed {
+			return false
+		}
+		missed = true
+		write(other) // as jvm.PerfMapper.Refresh does
+		return true
+	}})
+	if _, ok := c.Lookup(pid, 0x1010); ok {
+		t.Fatal("named an address of a process without a map file")
+	}
+	write(pid)
+	if _, ok := c.Lookup(pid, 0x1010); ok {
+		t.Errorf("read the map file again within %v of finding none", absentRecheck)
+	}
+	time.Sleep(absentRecheck + 100*time.Millisecond)
+	if name, ok := c.Lookup(pid, 0x1010); !ok || name != "Late.jit" {
+		t.Errorf("after %v: %q, %v; want Late.jit", absentRecheck, name, ok)
+	}
+	if name, ok := c.Lookup(other, 0x1010); !ok || name != "Late.jit" {
+		t.Errorf("map file written by Miss: %q, %v; want Late.jit", name, ok)
+	}
+}

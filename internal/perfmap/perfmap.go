@@ -138,6 +138,10 @@ type Cache struct {
 	tables  map[uint32]*entry
 	watched map[uint32]*watch
 	exited  map[uint32]time.Time // when Exited marked the pid
+	// absent is when a pid was last found without a map file: its
+	// unnamed addresses (a JIT that writes none, code of a loader) do
+	// not look again for absentRecheck.
+	absent map[uint32]time.Time
 
 	reads, bad, truncated, hits, kept, exitReads, badDumps atomic.Uint64
 }
@@ -163,7 +167,8 @@ func New(opts Options) *Cache {
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = 1 << 20
 	}
-	return &Cache{opts: opts, tables: map[uint32]*entry{}, watched: map[uint32]*watch{}, exited: map[uint32]time.Time{}}
+	return &Cache{opts: opts, tables: map[uint32]*entry{}, watched: map[uint32]*watch{}, exited: map[uint32]time.Time{},
+		absent: map[uint32]time.Time{}}
 }
 
 // Stats returns the counts so far.
@@ -182,6 +187,9 @@ func (c *Cache) Lookup(pid uint32, addr uint64) (string, bool) {
 	if !c.opts.Miss(pid) {
 		return "", false
 	}
+	c.mu.Lock()
+	delete(c.absent, pid) // the map was just written
+	c.mu.Unlock()
 	return c.lookup(pid, addr)
 }
 
@@ -210,7 +218,13 @@ func (c *Cache) lookup(pid uint32, addr uint64) (string, bool) {
 
 // refresh re-reads the map file of pid when its size or mtime changed.
 func (c *Cache) refresh(pid uint32, e *entry) *entry {
-	path := c.path(pid)
+	if e == nil && c.watched[pid] == nil {
+		if t, ok := c.absent[pid]; ok && time.Since(t) < absentRecheck {
+			return nil
+		}
+	}
+	mapPath := c.path(pid)
+	path := mapPath
 	fi, err := os.Stat(path)
 	if err != nil && c.watched[pid] != nil {
 		path, fi, err = c.exitedPath(pid)
@@ -218,14 +232,21 @@ func (c *Cache) refresh(pid uint32, e *entry) *entry {
 	if err != nil {
 		// No perf map: a jitdump, which some JITs write instead
 		// (CPython 3.13 -X perf_jit).
-		path = dumpPath(c.path(pid))
+		path = dumpPath(mapPath)
 		if fi, err = os.Stat(path); err != nil && c.watched[pid] != nil {
 			path, fi, err = c.exitedDumpPath(pid)
 		}
 	}
 	if err != nil || !fi.Mode().IsRegular() {
+		if e == nil {
+			if len(c.absent) >= c.opts.MaxProcesses {
+				clear(c.absent)
+			}
+			c.absent[pid] = time.Now()
+		}
 		return e
 	}
+	delete(c.absent, pid)
 	if e != nil && fi.Size() == e.size && fi.ModTime().Equal(e.mtime) {
 		return e
 	}
@@ -287,8 +308,15 @@ func (c *Cache) Forget(pid uint32) {
 	delete(c.tables, pid)
 	delete(c.watched, pid)
 	delete(c.exited, pid)
+	delete(c.absent, pid)
 	c.mu.Unlock()
 }
+
+// absentRecheck is how long a process found without a map file is not
+// looked at again: every unnamed address of such a process read its
+// /proc status and stat'ed two paths, 13 % of the agent's CPU on a node
+// with Chromium. A map file that appears is read within this time.
+const absentRecheck = time.Second
 
 // path is /tmp/perf-N.map inside the process's root, where N is the pid
 // in the process's own namespace (the JIT writes its getpid()).

@@ -198,10 +198,11 @@ func openELF(t *testing.T, path string) *elf.File {
 }
 
 // TestCacheByteBound checks that the cache evicts by estimated memory as
-// well as by count, keeping the most recent object.
+// well as by count, keeping the most recent object. A Go binary's pclntab
+// is mapped from the file, not charged: the bound is in heap bytes.
 func TestCacheByteBound(t *testing.T) {
 	gcc, goprog := fixture("chain-gcc"), fixture("goprog")
-	s := New(nil, Options{MaxBytes: 200 << 10})
+	s := New(nil, Options{MaxBytes: 1})
 	if _, err := s.Open(gcc, gcc); err != nil {
 		t.Fatal(err)
 	}
@@ -212,14 +213,18 @@ func TestCacheByteBound(t *testing.T) {
 	if _, err := s.Open(goprog, goprog); err != nil {
 		t.Fatal(err)
 	}
-	// goprog alone is over the bound: it stays (most recent), chain-gcc goes.
-	if s.Len() != 1 || s.Stats().Evicted != 1 || s.Bytes() <= 200<<10 {
-		t.Errorf("Len %d, Evicted %d, Bytes %d", s.Len(), s.Stats().Evicted, s.Bytes())
+	pcln := openELF(t, goprog).Section(".gopclntab").Size
+	// Each object alone is over the bound: the most recent stays.
+	if s.Len() != 1 || s.Stats().Evicted != 1 || s.Bytes() <= 0 || s.Bytes() >= int64(pcln) {
+		t.Errorf("Len %d, Evicted %d, Bytes %d (pclntab %d, mapped)", s.Len(), s.Stats().Evicted, s.Bytes(), pcln)
+	}
+	if got := s.Pclntabs().MappedBytes(); got != int64(pcln) {
+		t.Errorf("store maps %d pclntab bytes, want %d", got, pcln)
 	}
 	if _, err := s.Open(gcc, gcc); err != nil {
 		t.Fatal(err)
 	}
-	if s.Len() != 1 || s.Bytes() != small {
-		t.Errorf("after reopening chain-gcc: Len %d, Bytes %d, want 1 and %d", s.Len(), s.Bytes(), small)
+	if s.Len() != 1 || s.Bytes() != small || s.Pclntabs().MappedBytes() != 0 {
+		t.Errorf("after reopening chain-gcc: Len %d, Bytes %d, mapped %d, want 1, %d, 0", s.Len(), s.Bytes(), s.Pclntabs().MappedBytes(), small)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"debug/gosym"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 
+	"github.com/spanprof/spanprof/internal/elfmap"
 	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
@@ -54,6 +56,8 @@ func newGoTable(p *gopclntab.Table) (*goTable, error) {
 // lookup returns function, file and line at vaddr. Inlined frames are not
 // expanded: an inlined callee is reported as its outermost caller.
 func (g *goTable) lookup(vaddr uint64) (fn, file string, line int, ok bool) {
+	defer runtime.KeepAlive(g) // g.pcln may be a mapping its slices do not hold
+	defer elfmap.Recover(elfmap.Guard(), &ok)
 	if g.lazy != nil {
 		return g.lazy.lookup(vaddr)
 	}
@@ -65,7 +69,9 @@ func (g *goTable) lookup(vaddr uint64) (fn, file string, line int, ok bool) {
 }
 
 // covers reports whether the Go function table holds vaddr.
-func (g *goTable) covers(vaddr uint64) bool {
+func (g *goTable) covers(vaddr uint64) (ok bool) {
+	defer runtime.KeepAlive(g)
+	defer elfmap.Recover(elfmap.Guard(), &ok)
 	if g.lazy != nil {
 		_, ok := g.lazy.find(vaddr)
 		return ok
@@ -86,6 +92,9 @@ type goLazy struct {
 	pctab     []byte
 	funcdata  []byte // from pclnOffset on; functab is its start
 	go120     bool   // Go 1.20+ (_func has startLine)
+	// pcln owns data (a mapping, unmapped once unreachable): lookup and
+	// find keep it alive while they read.
+	pcln *gopclntab.Table
 
 	// names interns the function and file names handed out, so that a
 	// hot function's name is one string however often it is looked up.
@@ -99,7 +108,7 @@ func newGoLazy(p *gopclntab.Table) (*goLazy, error) {
 	if len(d) < 72 || d[7] != 8 {
 		return nil, fmt.Errorf("pclntab header: not a 64-bit Go 1.18+ table")
 	}
-	l := &goLazy{data: d, textStart: p.TextStart, quantum: uint64(d[6]), names: map[uint32]string{}}
+	l := &goLazy{data: d, textStart: p.TextStart, quantum: uint64(d[6]), names: map[uint32]string{}, pcln: p}
 	switch binary.LittleEndian.Uint32(d) {
 	case 0xfffffff1:
 		l.go120 = true
@@ -132,6 +141,7 @@ func (l *goLazy) u32(b []byte, off uint64) (uint32, bool) {
 
 // find returns the offset of the _func holding vaddr.
 func (l *goLazy) find(vaddr uint64) (funcOff uint64, ok bool) {
+	defer runtime.KeepAlive(l)
 	if vaddr < l.textStart || l.nfunc == 0 {
 		return 0, false
 	}
@@ -150,6 +160,7 @@ func (l *goLazy) find(vaddr uint64) (funcOff uint64, ok bool) {
 
 // lookup decodes the function at vaddr, its file and line.
 func (l *goLazy) lookup(vaddr uint64) (fn, file string, line int, ok bool) {
+	defer runtime.KeepAlive(l)
 	fo, ok := l.find(vaddr)
 	if !ok {
 		return "", "", 0, false

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/spanprof/spanprof/internal/gopclntab"
@@ -39,6 +40,7 @@ func testGoLazyMatchesGosym(t *testing.T, exe string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer runtime.KeepAlive(p) // gosym reads p.Data, maybe a mapping p owns
 	ref, err := gosym.NewTable(nil, gosym.NewLineTable(p.Data, p.TextStart))
 	if err != nil {
 		t.Fatal(err)

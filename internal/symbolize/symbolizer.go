@@ -378,6 +378,8 @@ func (s *Symbolizer) Trim() {
 		e.size = n
 	}
 	s.expireLocked()
+	// The pages of mapped pclntabs that this batch's lookups touched.
+	s.opts.Pclntabs.DropPages()
 	// Also after nothing was parsed: another holder may have passed the
 	// charge of a shared pclntab on to this one.
 	s.boundLocked()

@@ -1,10 +1,15 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
+	"encoding/binary"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/spanprof/spanprof/internal/elfmap"
 )
 
 // symbol is one function of an ELF symbol table.
@@ -31,27 +36,33 @@ const maxOverlap = 4
 func newSymtab(files ...*elf.File) *symtab {
 	f := files[0]
 	var syms []symbol
-	add := func(ff *elf.File, all []elf.Symbol) {
-		for _, s := range all {
-			if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
-				continue
-			}
-			// Debug files spell versioned symbols "name@@GLIBC_2.17".
-			name, _, _ := strings.Cut(s.Name, "@")
-			switch typ := elf.ST_TYPE(s.Info); {
-			case typ == elf.STT_FUNC || typ == elf.STT_GNU_IFUNC:
-				syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: name, rank: rankOf(s)})
-			case typ == elf.STT_NOTYPE && s.Size == 0 && codeLabel(ff, s):
-				syms = append(syms, symbol{addr: s.Value, end: s.Value, name: name, label: true})
-			}
+	add := func(ff *elf.File, s elf.Symbol) {
+		if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
+			return
+		}
+		// Debug files spell versioned symbols "name@@GLIBC_2.17".
+		name, _, _ := strings.Cut(s.Name, "@")
+		switch typ := elf.ST_TYPE(s.Info); {
+		case typ == elf.STT_FUNC || typ == elf.STT_GNU_IFUNC:
+			syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: name, rank: rankOf(s)})
+		case typ == elf.STT_NOTYPE && s.Size == 0 && codeLabel(ff, s):
+			syms = append(syms, symbol{addr: s.Value, end: s.Value, name: name, label: true})
 		}
 	}
 	for _, ff := range files {
-		if s, err := ff.Symbols(); err == nil {
-			add(ff, s)
-		}
-		if s, err := ff.DynamicSymbols(); err == nil {
-			add(ff, s)
+		for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+			if eachMappedSymbol(ff, typ, func(s elf.Symbol) { add(ff, s) }) {
+				continue
+			}
+			read := ff.Symbols
+			if typ == elf.SHT_DYNSYM {
+				read = ff.DynamicSymbols
+			}
+			if all, err := read(); err == nil {
+				for _, s := range all {
+					add(ff, s)
+				}
+			}
 		}
 	}
 	sort.Slice(syms, func(i, j int) bool {
@@ -96,6 +107,81 @@ func newSymtab(files ...*elf.File) *symtab {
 	}
 	return &symtab{syms: out}
 }
+
+// eachMappedSymbol calls fn with the symbols of ff's section of type typ
+// (.symtab or .dynsym) that may name code, read from mappings of the
+// section and its string table: elf.File.Symbols reads both onto the heap
+// and makes a string of every name, tens of MB at once for a big C++
+// library, where only the functions' names are kept. It returns false,
+// having called nothing, when ff has no such section or it cannot be
+// mapped (64-bit little-endian files from disk only); the caller reads
+// it then.
+func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) (mapped bool) {
+	if ff.Class != elf.ELFCLASS64 || ff.Data != elf.ELFDATA2LSB {
+		return false
+	}
+	var sec *elf.Section
+	for _, s := range ff.Sections {
+		if s.Type == typ {
+			sec = s
+			break
+		}
+	}
+	if sec == nil || int(sec.Link) <= 0 || int(sec.Link) >= len(ff.Sections) {
+		return false
+	}
+	symMap, ok := elfmap.Map(sec)
+	if !ok {
+		return false
+	}
+	strMap, ok := elfmap.Map(ff.Sections[sec.Link])
+	if !ok {
+		return false
+	}
+	defer func() {
+		// Release the pages at once; the mappings go with the GC.
+		symMap.DropPages()
+		strMap.DropPages()
+		runtime.KeepAlive(symMap)
+		runtime.KeepAlive(strMap)
+	}()
+	// A file truncated under the mappings faults: the caller reads it.
+	defer elfmap.Recover(elfmap.Guard(), &mapped)
+	data, strs := symMap.Data, strMap.Data
+	const symSize = 24 // Elf64_Sym
+	for off := symSize; off+symSize <= len(data); off += symSize {
+		if off%(dropEvery*symSize) == 0 {
+			// Whole tables are read once: keep the pages resident
+			// for a slice of the read, not all of it.
+			symMap.DropPages()
+			strMap.DropPages()
+		}
+		e := data[off : off+symSize]
+		info := e[4]
+		if t := elf.ST_TYPE(info); t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC && t != elf.STT_NOTYPE {
+			continue
+		}
+		value := binary.LittleEndian.Uint64(e[8:])
+		shndx := elf.SectionIndex(binary.LittleEndian.Uint16(e[6:]))
+		nameOff := int(binary.LittleEndian.Uint32(e[0:]))
+		if value == 0 || shndx == elf.SHN_UNDEF || nameOff <= 0 || nameOff >= len(strs) {
+			continue
+		}
+		end := bytes.IndexByte(strs[nameOff:], 0)
+		if end <= 0 {
+			continue
+		}
+		fn(elf.Symbol{
+			Name: string(strs[nameOff : nameOff+end]), Info: info, Other: e[5],
+			Section: shndx, Value: value, Size: binary.LittleEndian.Uint64(e[16:]),
+		})
+	}
+	return true
+}
+
+// dropEvery is how many symbols eachMappedSymbol reads between releases
+// of the pages it touched: 1.5 MiB of symbols and their names.
+const dropEvery = 1 << 16
 
 // codeLabel reports whether a typeless symbol names code: one in an
 // executable section, not an assembler-local or mapping symbol (.L1, $x).

@@ -132,11 +132,7 @@ func GoAllGOffsets(openPath string) (*GoAllGInfo, error) {
 // goGLayoutFromDWARF reads the runtime.g fields from DWARF.
 func goGLayoutFromDWARF(f *elf.File) (GoGLayout, error) {
 	var l GoGLayout
-	d, err := f.DWARF()
-	if err != nil {
-		return l, fmt.Errorf("read dwarf: %w: %w", errNoGoDWARF, err)
-	}
-	types, err := goFindDWARFTypes(d)
+	types, err := goFindDWARFTypes(f)
 	if err != nil {
 		return l, err
 	}

@@ -25,11 +25,7 @@ var goDWARFTypes = map[string]bool{
 // goStructsFromDWARF reads g.m, m.curg, m.lockedg, g.labels and the label
 // layout from the binary's DWARF.
 func goStructsFromDWARF(f *elf.File) (*GoRuntimeInfo, error) {
-	d, err := f.DWARF()
-	if err != nil {
-		return nil, fmt.Errorf("read dwarf: %w: %w", errNoGoDWARF, err)
-	}
-	types, err := goFindDWARFTypes(d)
+	types, err := goFindDWARFTypes(f)
 	if err != nil {
 		return nil, err
 	}
@@ -67,18 +63,38 @@ func goStructsFromDWARF(f *elf.File) (*GoRuntimeInfo, error) {
 	return info, nil
 }
 
-// goFindDWARFTypes walks the top level of every compilation unit once and
-// resolves the types named in goDWARFTypes.
-func goFindDWARFTypes(d *dwarf.Data) (map[string]dwarf.Type, error) {
+// goFindDWARFTypes walks the top level of the runtime units (see
+// goRuntimeUnits) and resolves the types named in goDWARFTypes.
+func goFindDWARFTypes(f *elf.File) (map[string]dwarf.Type, error) {
 	found := map[string]dwarf.Type{}
+	err := goRuntimeUnits(f, func(rd *runtimeDWARF) (bool, error) {
+		err := goFindUnitTypes(rd, found)
+		return goDWARFTypesComplete(found), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"runtime.g", "runtime.m"} {
+		if found[name] == nil {
+			return nil, fmt.Errorf("find %s: %w", name, errNoGoDWARF)
+		}
+	}
+	return found, nil
+}
+
+// goFindUnitTypes walks the top level of one unit into found. Types are
+// read whole (their names copied), so they outlive the unit's mapping.
+func goFindUnitTypes(rd *runtimeDWARF, found map[string]dwarf.Type) error {
+	d := rd.data
 	r := d.Reader()
+	r.Seek(rd.start)
 	for !goDWARFTypesComplete(found) {
 		e, err := r.Next()
 		if err != nil {
-			return nil, fmt.Errorf("walk dwarf: %w: %w", errNoGoDWARF, err)
+			return fmt.Errorf("walk dwarf: %w: %w", errNoGoDWARF, err)
 		}
 		if e == nil {
-			break
+			return nil
 		}
 		if e.Tag == dwarf.TagCompileUnit {
 			continue // descend into the unit's top-level entries
@@ -89,7 +105,7 @@ func goFindDWARFTypes(d *dwarf.Data) (map[string]dwarf.Type, error) {
 			case dwarf.TagStructType, dwarf.TagTypedef, dwarf.TagPointerType:
 				t, err := d.Type(e.Offset)
 				if err != nil {
-					return nil, fmt.Errorf("read dwarf type %s: %w: %w", name, errNoGoDWARF, err)
+					return fmt.Errorf("read dwarf type %s: %w: %w", name, errNoGoDWARF, err)
 				}
 				found[name] = t
 			}
@@ -98,12 +114,7 @@ func goFindDWARFTypes(d *dwarf.Data) (map[string]dwarf.Type, error) {
 			r.SkipChildren()
 		}
 	}
-	for _, name := range []string{"runtime.g", "runtime.m"} {
-		if found[name] == nil {
-			return nil, fmt.Errorf("find %s: %w", name, errNoGoDWARF)
-		}
-	}
-	return found, nil
+	return nil
 }
 
 // goDWARFTypesComplete says whether the walk can stop: g, m and labelMap

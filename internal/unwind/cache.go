@@ -147,6 +147,17 @@ func (c *Cache) Trim() {
 		}
 	}
 	c.evict()
+	// The pages of mapped sections that this batch's lookups touched.
+	for el := c.order.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*cacheEntry)
+		select {
+		case <-e.done:
+			if e.table != nil {
+				e.table.dropPages()
+			}
+		default: // still being read
+		}
+	}
 }
 
 // Evicted reports the tables dropped by the count and byte bounds and

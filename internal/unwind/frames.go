@@ -4,8 +4,11 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
+
+	"github.com/spanprof/spanprof/internal/elfmap"
 )
 
 // frameSection is a loaded .eh_frame or .debug_frame with an index of its
@@ -25,6 +28,11 @@ type frameSection struct {
 
 	mu   sync.Mutex
 	cies map[int]*cie
+
+	// maps own data and hdr when they are mappings of the file
+	// (elfmap): the methods that read them keep fs reachable.
+	maps []*elfmap.Section
+	heap int64 // bytes of the sections read, not mapped
 }
 
 // fdeRef locates one FDE.
@@ -44,15 +52,16 @@ func loadFrameSection(f *elf.File, a Arch, debug bool) (*frameSection, error) {
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
 		return nil, nil
 	}
-	data, err := s.Data()
+	fs := &frameSection{debug: debug, arch: a, cies: map[int]*cie{}}
+	data, err := fs.sectionData(s)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	fs := &frameSection{data: data, debug: debug, arch: a, cies: map[int]*cie{}}
+	fs.data = data
 	if !debug {
 		fs.addr = s.Addr
 		if h := f.Section(".eh_frame_hdr"); h != nil {
-			if hd, err := h.Data(); err == nil {
+			if hd, err := fs.sectionData(h); err == nil {
 				fs.useHdr(hd, h.Addr)
 			}
 		}
@@ -63,6 +72,32 @@ func loadFrameSection(f *elf.File, a Arch, debug bool) (*frameSection, error) {
 		}
 	}
 	return fs, nil
+}
+
+// sectionData maps s (an .eh_frame of a big C++ library is tens of MB,
+// read a few entries at a time) or, when it cannot be mapped (compressed
+// .debug_frame), reads it.
+func (fs *frameSection) sectionData(s *elf.Section) ([]byte, error) {
+	if m, ok := elfmap.Map(s); ok {
+		fs.maps = append(fs.maps, m)
+		return m.Data, nil
+	}
+	d, err := s.Data()
+	fs.heap += int64(len(d))
+	return d, err
+}
+
+// heapBytes is what fs holds on the heap: the sections it read rather
+// than mapped, and its FDE index.
+func (fs *frameSection) heapBytes() int64 {
+	return fs.heap + int64(len(fs.fdes))*24
+}
+
+// dropPages releases the resident pages of fs's mappings.
+func (fs *frameSection) dropPages() {
+	for _, m := range fs.maps {
+		m.DropPages()
+	}
 }
 
 // useHdr adopts the .eh_frame_hdr search table if it has the encoding
@@ -206,6 +241,7 @@ func (fs *frameSection) fde(e entry) (start, end uint64, insns []byte, err error
 
 // find returns the FDE offset covering pc.
 func (fs *frameSection) find(pc uint64) (int, bool) {
+	defer runtime.KeepAlive(fs)
 	if fs.hdr != nil {
 		n := len(fs.hdr) / 8
 		at := func(i int) uint64 {
@@ -228,6 +264,8 @@ func (fs *frameSection) find(pc uint64) (int, bool) {
 // rows runs the instructions of the FDE covering pc. ok is false when no
 // FDE covers pc.
 func (fs *frameSection) rows(pc uint64) (start uint64, rows []row, ok bool, err error) {
+	defer runtime.KeepAlive(fs)
+	defer elfmap.Recover(elfmap.Guard(), &ok)
 	off, found := fs.find(pc)
 	if !found || off < 0 || off >= len(fs.data) {
 		return 0, nil, false, nil

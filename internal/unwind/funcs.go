@@ -3,8 +3,11 @@ package unwind
 import (
 	"debug/elf"
 	"encoding/binary"
+	"runtime"
 	"slices"
 	"sort"
+
+	"github.com/spanprof/spanprof/internal/elfmap"
 )
 
 // FuncRange is the address range [Start, End) of one FDE: the code one
@@ -30,7 +33,9 @@ func (t *Table) FunctionAt(vaddr uint64) (FuncRange, bool) {
 }
 
 // bounds returns the range of the FDE covering pc.
-func (fs *frameSection) bounds(pc uint64) (FuncRange, bool) {
+func (fs *frameSection) bounds(pc uint64) (_ FuncRange, ok bool) {
+	defer runtime.KeepAlive(fs)
+	defer elfmap.Recover(elfmap.Guard(), &ok)
 	off, found := fs.find(pc)
 	if !found || off < 0 || off >= len(fs.data) {
 		return FuncRange{}, false
@@ -77,8 +82,9 @@ func FunctionRanges(f *elf.File) ([]FuncRange, error) {
 
 // ranges lists every FDE's range, from the .eh_frame_hdr table when
 // the section has one, else from the scan's index.
-func (fs *frameSection) ranges() []FuncRange {
-	var out []FuncRange
+func (fs *frameSection) ranges() (out []FuncRange) {
+	defer runtime.KeepAlive(fs)
+	defer elfmap.Recover(elfmap.Guard(), nil)
 	if fs.hdr != nil {
 		for i := 0; i+8 <= len(fs.hdr); i += 8 {
 			fdeAddr := fs.hdrAddr + uint64(int64(int32(binary.LittleEndian.Uint32(fs.hdr[i+4:]))))

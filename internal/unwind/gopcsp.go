@@ -3,8 +3,10 @@ package unwind
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sort"
 
+	"github.com/spanprof/spanprof/internal/elfmap"
 	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
@@ -28,6 +30,9 @@ type goFrames struct {
 	funcdata  []byte // pclntab from pclnOffset on
 	pctab     []byte
 	flagOff   int // offset of _func.flag
+	// pcln owns data: a mapped table is unmapped once unreachable, so
+	// rows keeps it alive while it reads.
+	pcln *gopclntab.Table
 }
 
 func newGoFrames(p *gopclntab.Table) (*goFrames, error) {
@@ -36,7 +41,7 @@ func newGoFrames(p *gopclntab.Table) (*goFrames, error) {
 		return nil, fmt.Errorf("pclntab header: %w", errCFI)
 	}
 	magic := binary.LittleEndian.Uint32(d)
-	g := &goFrames{data: d, textStart: p.TextStart, quantum: uint64(d[6])}
+	g := &goFrames{data: d, textStart: p.TextStart, quantum: uint64(d[6]), pcln: p}
 	switch magic {
 	case 0xfffffff1: // Go 1.20+: _func has startLine
 		g.flagOff = 41
@@ -71,6 +76,8 @@ func newGoFrames(p *gopclntab.Table) (*goFrames, error) {
 // is the frame (CFA = RBP+16). Assembly functions with a nonzero delta
 // may not keep a frame pointer, so they are Unknown there.
 func (g *goFrames) rows(pc uint64) (start uint64, rows []row, ok bool, err error) {
+	defer runtime.KeepAlive(g)
+	defer elfmap.Recover(elfmap.Guard(), &ok)
 	if pc < g.textStart {
 		return 0, nil, false, nil
 	}

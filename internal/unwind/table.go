@@ -24,6 +24,9 @@ type Table struct {
 	// pcln is the Go pclntab of a Go binary's table, which a Cache
 	// shares with the symbolizer.
 	pcln *gopclntab.Table
+	// frames are the .eh_frame and .debug_frame sources, whose mapped
+	// pages dropPages releases.
+	frames []*frameSection
 
 	mu    sync.Mutex
 	funcs map[uint64][]row // function start → rows
@@ -73,7 +76,8 @@ func newTable(f *elf.File, pclntab func() (*gopclntab.Table, error)) (*Table, er
 	}
 	if eh != nil {
 		t.sources = append(t.sources, eh)
-		t.size += sectionSize(f, ".eh_frame")
+		t.frames = append(t.frames, eh)
+		t.size += eh.heapBytes()
 	}
 	// Go's .debug_frame hides its frame pointers; only C uses it.
 	if !isGo {
@@ -83,17 +87,19 @@ func newTable(f *elf.File, pclntab func() (*gopclntab.Table, error)) (*Table, er
 		}
 		if dbg != nil {
 			t.sources = append(t.sources, dbg)
-			t.size += sectionSize(f, ".debug_frame")
+			t.frames = append(t.frames, dbg)
+			t.size += dbg.heapBytes()
 		}
 	}
 	return t, nil
 }
 
-func sectionSize(f *elf.File, name string) int64 {
-	if s := f.Section(name); s != nil {
-		return int64(s.Size)
+// dropPages releases the resident pages of the table's mapped sections
+// (the pclntab's are the shared store's to drop).
+func (t *Table) dropPages() {
+	for _, fs := range t.frames {
+		fs.dropPages()
 	}
-	return 0
 }
 
 // Size returns the bytes of section data the table holds (a Go binary's

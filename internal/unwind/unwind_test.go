@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"debug/gosym"
 	"encoding/binary"
+	"runtime"
 	"testing"
 
 	"golang.org/x/arch/x86/x86asm"
@@ -168,6 +169,7 @@ func TestGoPcsp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer runtime.KeepAlive(p) // gosym reads p.Data, maybe a mapping p owns
 			gt, err := gosym.NewTable(nil, gosym.NewLineTable(p.Data, p.TextStart))
 			if err != nil {
 				t.Fatal(err)
