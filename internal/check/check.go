@@ -215,14 +215,15 @@ func (c *Checker) elf(path string) (*elfInfo, error) {
 	return info, nil
 }
 
-// skipDir leaves out version control, dependencies and test fixtures
-// (which hold deliberately bad examples) when walking a tree.
+// skipDir leaves out version control, dependencies (vendored code, npm's
+// and Python's installed packages) and test fixtures (which hold
+// deliberately bad examples) when walking a tree.
 func skipDir(path, root, name string) bool {
 	if path == root {
 		return false
 	}
 	switch name {
-	case "testdata", "vendor", "node_modules", "third_party", ".git":
+	case "testdata", "vendor", "node_modules", "third_party", ".git", "site-packages", "dist-packages":
 		return true
 	}
 	return strings.HasPrefix(name, ".") && name != ".cargo"

@@ -152,7 +152,8 @@ func TestClassify(t *testing.T) {
 }
 
 // A walk reads build files and configs but skips testdata and hidden
-// directories, which hold deliberately bad examples.
+// directories, which hold deliberately bad examples, and installed
+// packages (a virtualenv's site-packages), which are dependencies.
 func TestWalk(t *testing.T) {
 	res := run(t, &Checker{}, filepath.Join(fixtures, "tree"))
 	want := []string{filepath.Join(fixtures, "tree/Makefile"), filepath.Join(fixtures, "tree/deploy/collector.yaml")}
