@@ -2,9 +2,13 @@
 /* What the sampler (sampler.bpf.c) and the exit capture (exitmaps.bpf.c)
  * share: the ring both write to and the process filter. The exit capture
  * is loaded with the sampler's maps in place of its own, so both objects
- * declare them from here, alike. Include after spanprof.h. */
+ * declare them from here, alike. */
 #ifndef SPANPROF_SHARED_H
 #define SPANPROF_SHARED_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "spanprof.h"
 
 /* Set by the agent before load. */
 volatile const __u32 self_tgid = 0;

@@ -4,6 +4,8 @@
 #ifndef SPANPROF_H
 #define SPANPROF_H
 
+#include "vmlinux.h"
+
 #define MAX_USER_FRAMES 127
 #define MAX_KERN_FRAMES 64
 /* The window: bytes of the user stack from the stack pointer sent with
@@ -40,8 +42,8 @@ enum ctx_source {
 	CTX_GO_LABELS = 2,    /* goroutine pprof labels */
 	CTX_TASK_STORAGE = 3, /* task_trace_context map */
 	CTX_OTEL_MAP = 4,     /* OTel eBPF Instrumentation traces_ctx_v1 */
-	CTX_NODE = 5,         /* Node.js otel_thread_ctx_nodejs_v1 walk (bpf/nodectx.h) */
-	CTX_ELASTIC = 6,      /* Elastic APM elastic_apm_profiling_correlation_tls_v1 (bpf/elastic.h) */
+	CTX_NODE = 5,         /* Node.js otel_thread_ctx_nodejs_v1 walk (bpf/lib/nodectx.h) */
+	CTX_ELASTIC = 6,      /* Elastic APM elastic_apm_profiling_correlation_tls_v1 (bpf/lib/elastic.h) */
 };
 
 /* Indices of the per-CPU drop and error counters. Every lost sample or
@@ -58,8 +60,8 @@ enum drop_counter {
 	CNT_CTX_INVALID = 8,    /* thread context record present but not valid */
 	CNT_GO_LABELS_ERR = 9,  /* goroutine labels unreadable or malformed */
 	CNT_CTX_ATTRS_ERR = 10, /* thread context attributes unreadable: sent without them */
-	CNT_NODE_CTX_ERR = 11,  /* Node.js context walk failed a step (bpf/nodectx.h): no context */
-	/* Off-CPU (bpf/offcpu.h); 12 up so on-CPU additions keep 10-11. */
+	CNT_NODE_CTX_ERR = 11,  /* Node.js context walk failed a step (bpf/lib/nodectx.h): no context */
+	/* Off-CPU (bpf/lib/offcpu.h); 12 up so on-CPU additions keep 10-11. */
 	CNT_OFFCPU_SAMPLES = 12,      /* waits captured at switch-out */
 	CNT_OFFCPU_PENDING_FULL = 13, /* capture dropped: offcpu_pending full */
 	CNT_OFFCPU_STATE_ERR = 14,    /* no task storage for the thread's clock */
@@ -88,7 +90,7 @@ enum go_label_layout {
 };
 
 /* Where the Node.js writer's discovery struct otel_thread_ctx_nodejs_v1
- * lives and the V8 layout the walk from it takes (bpf/nodectx.h);
+ * lives and the V8 layout the walk from it takes (bpf/lib/nodectx.h);
  * tls_kind TLS_NONE: not a Node.js writer. */
 struct node_ctx_config {
 	__u8 tls_kind;        /* enum tls_kind (glibc only) */
@@ -182,7 +184,7 @@ struct stack_sample {
 
 /* Off-CPU sampling clock of one thread (task storage): the time of its
  * previous blocking switch-out, which sets the probability of capturing the
- * next one (see bpf/offcpu.h). */
+ * next one (see bpf/lib/offcpu.h). */
 struct offcpu_thread {
 	__u64 last_out; /* run-queue clock (offcpu_clock), only for the cycle */
 	__u8 pending;   /* a capture waits in offcpu_pending */

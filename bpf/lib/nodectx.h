@@ -16,6 +16,7 @@
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include "spanprof.h"
 #include "arch.h"
 #include "lib/maps.h"

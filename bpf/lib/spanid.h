@@ -4,6 +4,7 @@
 #define SPANPROF_LIB_SPANID_H
 
 #include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
 
 /* A W3C trace id of all zeros is invalid: never link a sample to it. */
 static __always_inline int is_zero_trace(const __u8 *id)
