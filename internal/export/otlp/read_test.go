@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spanprof/spanprof/internal/export/exporttest"
 	"github.com/spanprof/spanprof/internal/profile"
@@ -92,6 +95,45 @@ func TestReadErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantMsg) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("err = %q, want one line containing %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+// TestSortByTime checks sortByTime against slices.SortStableFunc, ties
+// and zero times included: the same order, sample for sample.
+func TestSortByTime(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	tests := []struct {
+		name  string
+		n     int
+		times func(i int) time.Time
+	}{
+		{"empty", 0, nil},
+		{"sorted", 50, func(i int) time.Time { return t0.Add(time.Duration(i)) }},
+		{"reversed", 50, func(i int) time.Time { return t0.Add(-time.Duration(i) * time.Second) }},
+		{"ties and zero times", 500, func(i int) time.Time {
+			if rnd.IntN(10) == 0 {
+				return time.Time{}
+			}
+			return t0.Add(time.Duration(rnd.IntN(20)) * time.Millisecond)
+		}},
+		{"random", 2000, func(i int) time.Time { return t0.Add(time.Duration(rnd.Int64N(1e12))) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []profile.Sample
+			for i := range tt.n {
+				got = append(got, profile.Sample{TID: uint32(i), Time: tt.times(i)})
+			}
+			want := slices.Clone(got)
+			slices.SortStableFunc(want, func(a, b profile.Sample) int { return a.Time.Compare(b.Time) })
+			sortByTime(got)
+			for i := range want {
+				if got[i].TID != want[i].TID || !got[i].Time.Equal(want[i].Time) {
+					t.Fatalf("position %d: sample %d at %v, want %d at %v", i, got[i].TID, got[i].Time, want[i].TID, want[i].Time)
+				}
 			}
 		})
 	}
