@@ -2,6 +2,7 @@ package chstore
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"math"
 )
@@ -18,6 +19,13 @@ func (e *enc) i64(v int64)  { e.u64(uint64(v)) }
 func (e *enc) u16(v uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, v) }
 func (e *enc) uvarint(n int) {
 	e.b = binary.AppendUvarint(e.b, uint64(n))
+}
+
+// hex writes b as a string of lowercase hex digits, without the
+// intermediate string hex.EncodeToString allocates.
+func (e *enc) hex(b []byte) {
+	e.uvarint(2 * len(b))
+	e.b = hex.AppendEncode(e.b, b)
 }
 func (e *enc) str(s string) {
 	e.uvarint(len(s))
