@@ -9,6 +9,12 @@
 // (system.parts).
 //
 //	go run ./bench/servestore -spanprof bin/spanprof [-input recorded.otlp.pb]
+//	    [-reference OTHER-BUILD -rounds N] [-cpuprofile DIR]
+//
+// With -reference the two builds run in turn, N rounds each, the order
+// alternating by round, each on a fresh ClickHouse, and a table sets
+// their CPU per sample side by side: on a shared machine, the figure to
+// compare builds by.
 //
 // Without the -input file it records 10 s of this machine into it first (`spanprof record
 // --all --off-cpu --frequency 99`, root), so the stacks, threads and
@@ -52,10 +58,23 @@ import (
 
 type config struct {
 	spanprof, input, out, dir string
+	reference, cpuprofile     string
 	nodes, hz, cpus, traces   int
-	senders                   int
+	senders, rounds           int
 	offCPU                    bool
 	stream, interval          time.Duration
+}
+
+// result is one run's figures, for the comparison of two builds.
+type result struct {
+	samples             float64
+	ingestSec           float64
+	serveCPU, chCPU     float64 // seconds
+	serveRSS, chRSS     int64   // peak KiB
+	openMedian          time.Duration
+	bytesPerSample      float64
+	droppedSamples      uint64
+	loadAtEnd, markdown string
 }
 
 func main() {
@@ -72,19 +91,20 @@ func main() {
 	flag.DurationVar(&c.stream, "stream", time.Hour, "time the replayed timestamps span")
 	flag.DurationVar(&c.interval, "interval", 10*time.Second, "report interval of each node's agent")
 	flag.BoolVar(&c.offCPU, "off-cpu", true, "replay the recording's off-CPU events too, as often per interval as recorded (false: on-CPU samples only)")
+	flag.StringVar(&c.reference, "reference", "", "another spanprof build to run in the same rounds, alternating with -spanprof (a before/after comparison)")
+	flag.IntVar(&c.rounds, "rounds", 1, "runs of each build; with -reference the order alternates by round")
+	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a Go CPU profile of each run's serve into this directory (serve-BUILD-ROUND.pprof)")
 	flag.Parse()
-	if err := run(c); err != nil {
+	if err := runAll(c); err != nil {
 		fmt.Fprintf(os.Stderr, "servestore: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(c config) error {
-	tmp, err := os.MkdirTemp("", "servestore")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
+// runAll records the input if it is missing, then runs each build
+// -rounds times (alternating with -reference) and, with more than one
+// run, prints a table of CPU per sample and throughput per run.
+func runAll(c config) error {
 	if _, err := os.Stat(c.input); os.IsNotExist(err) {
 		if err := os.MkdirAll(filepath.Dir(c.input), 0o755); err != nil {
 			return err
@@ -96,9 +116,86 @@ func run(c config) error {
 			return fmt.Errorf("record agent output: %w", err)
 		}
 	}
-	rec, err := readProfile(c.input)
+	builds := []string{c.spanprof}
+	if c.reference != "" {
+		builds = append(builds, c.reference)
+	}
+	type row struct {
+		round int
+		build string
+		r     result
+	}
+	var rows []row
+	for round := range max(1, c.rounds) {
+		order := slices.Clone(builds)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, bin := range order {
+			rc := c
+			rc.spanprof = bin
+			prof := ""
+			if c.cpuprofile != "" {
+				label := "spanprof"
+				if bin == c.reference {
+					label = "reference"
+				}
+				prof = filepath.Join(c.cpuprofile, fmt.Sprintf("serve-%s-%d.pprof", label, round+1))
+			}
+			fmt.Printf("round %d: %s\n", round+1, bin)
+			r, err := run(rc, prof)
+			if err != nil {
+				return fmt.Errorf("%s, round %d: %w", bin, round+1, err)
+			}
+			fmt.Print(r.markdown)
+			if c.out != "" {
+				if err := appendFile(c.out, r.markdown); err != nil {
+					return err
+				}
+			}
+			rows = append(rows, row{round + 1, bin, r})
+		}
+	}
+	if len(rows) < 2 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Runs side by side\n\n")
+	fmt.Fprintf(&b, "| round | build | serve CPU per sample | clickhouse CPU per sample | samples/s | serve peak RSS | load average at the end |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %s | %.2f µs | %.2f µs | %.0f | %d MiB | %s |\n", r.round, r.build, 1e6*r.r.serveCPU/r.r.samples,
+			1e6*r.r.chCPU/r.r.samples, r.r.samples/r.r.ingestSec, r.r.serveRSS>>10, r.r.loadAtEnd)
+	}
+	fmt.Print(b.String())
+	if c.out != "" {
+		return appendFile(c.out, b.String())
+	}
+	return nil
+}
+
+func appendFile(path, s string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
+	}
+	if _, err := f.WriteString(s); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// run is one run of one build; with prof, serve writes its CPU profile
+// there (SPANPROF_CPUPROFILE).
+func run(c config, prof string) (res result, err error) {
+	tmp, err := os.MkdirTemp("", "servestore")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(tmp)
+	rec, err := readProfile(c.input)
+	if err != nil {
+		return res, err
 	}
 	var on, off []profile.Sample
 	for _, s := range rec.Samples {
@@ -110,34 +207,38 @@ func run(c config) error {
 		}
 	}
 	if len(on) == 0 {
-		return fmt.Errorf("%s: no on-CPU samples to replay", c.input)
+		return res, fmt.Errorf("%s: no on-CPU samples to replay", c.input)
 	}
 	dir := c.dir
 	if dir == "" {
 		dir = filepath.Join(tmp, "clickhouse")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return res, err
 	}
 	ch, err := chtest.New(dir)
 	if err != nil {
-		return err
+		return res, err
 	}
 	if err := ch.StartServer(); err != nil {
-		return err
+		return res, err
 	}
 	defer ch.Down()
 	otlpAddr, webAddr := freePort(), freePort()
 	srv := exec.Command(c.spanprof, "serve", "--listen", webAddr, "--otlp-listen", otlpAddr, "--store", ch.URL("bench"), "--store-buffer", "128MiB")
 	srv.Stderr = os.Stderr
+	if prof != "" {
+		srv.Env = append(os.Environ(), "SPANPROF_CPUPROFILE="+prof)
+	}
 	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := srv.Start(); err != nil {
-		return err
+		return res, err
 	}
 	defer func() { _ = srv.Process.Signal(os.Interrupt); _ = srv.Wait() }()
 	// Interrupted, stop serve and ClickHouse and remove the data.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	go func() {
 		<-sig
 		_ = srv.Process.Kill()
@@ -146,12 +247,12 @@ func run(c config) error {
 		os.Exit(1)
 	}()
 	if err := waitHTTP("http://" + webAddr + "/healthz"); err != nil {
-		return err
+		return res, err
 	}
 	conn, err := grpc.NewClient(otlpAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer conn.Close()
 	profiles, traces := pprofileotlp.NewGRPCClient(conn), ptraceotlp.NewGRPCClient(conn)
@@ -258,19 +359,19 @@ func run(c config) error {
 	wg.Wait()
 	sendDone := time.Since(t0)
 	if err, _ := firstErr.Load().(error); err != nil {
-		return fmt.Errorf("export: %w", err)
+		return res, fmt.Errorf("export: %w", err)
 	}
 	// Ingested means written into ClickHouse.
 	var st live.Stats
 	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		if err := getJSON("http://"+webAddr+"/api/window", &st); err != nil {
-			return err
+			return res, err
 		}
 		if st.Store != nil && int64(st.Store.WrittenSamples+st.Store.DroppedSamples) >= sent.Load() && st.Store.BufferedBatches == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("serve did not write everything within 10 min: %+v", st.Store)
+			return res, fmt.Errorf("serve did not write everything within 10 min: %+v", st.Store)
 		}
 	}
 	ingest := time.Since(t0)
@@ -288,15 +389,15 @@ func run(c config) error {
 		t := time.Now()
 		var tv live.TraceView
 		if err := getJSON("http://"+webAddr+"/api/trace/"+id, &tv); err != nil {
-			return err
+			return res, err
 		}
 		opens = append(opens, time.Since(t))
 		if len(tv.Spans) != 2 || tv.Spans[0].Samples == 0 {
-			return fmt.Errorf("trace %s: %d spans, %d samples in the root; want 2 spans with samples", id, len(tv.Spans), tv.Spans[0].Samples)
+			return res, fmt.Errorf("trace %s: %d spans, %d samples in the root; want 2 spans with samples", id, len(tv.Spans), tv.Spans[0].Samples)
 		}
 		t = time.Now()
 		if err := getJSON("http://"+webAddr+"/api/trace/"+id+"/flame?span_id="+tv.Spans[0].SpanID+"&kind=on", nil); err != nil {
-			return err
+			return res, err
 		}
 		flames = append(flames, time.Since(t))
 	}
@@ -321,14 +422,14 @@ func run(c config) error {
 	}
 	rows, bytes, all, err := parts()
 	if err != nil {
-		return err
+		return res, err
 	}
 	if _, err := ch.Query("OPTIMIZE TABLE bench.spanprof_samples FINAL"); err != nil {
-		return err
+		return res, err
 	}
 	mrows, mbytes, mall, err := parts()
 	if err != nil {
-		return err
+		return res, err
 	}
 	n := float64(sent.Load())
 	var b strings.Builder
@@ -336,9 +437,11 @@ func run(c config) error {
 	fmt.Fprintf(&b, "%d nodes × %d Hz × %d CPUs for %v (compressed), %d traces/s per node: %.0f samples (%d on-CPU and %d off-CPU per node and %v), %d spans; replayed from %s (%d on-CPU, %d off-CPU events in %v).\n\n",
 		c.nodes, c.hz, c.cpus, c.stream, c.traces, n, perInterval, offPer, c.interval, sentSpans.Load(), filepath.Base(c.input), len(on), len(off), recDur)
 	fmt.Fprintf(&b, "| figure | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| build | %s |\n", c.spanprof)
 	fmt.Fprintf(&b, "| sustained ingest (written into ClickHouse) | %.0f samples/s (%.1f s for the hour; sending took %.1f s) |\n", n/ingest.Seconds(), ingest.Seconds(), sendDone.Seconds())
 	for _, k := range []string{"serve", "clickhouse", "replay client"} {
-		fmt.Fprintf(&b, "| %s CPU | %.1f s, %.2f cores on average |\n", k, cpu1[k]-cpu0[k], (cpu1[k]-cpu0[k])/ingest.Seconds())
+		fmt.Fprintf(&b, "| %s CPU | %.1f s (%.2f µs per sample), %.2f cores on average |\n", k, cpu1[k]-cpu0[k], 1e6*(cpu1[k]-cpu0[k])/n,
+			(cpu1[k]-cpu0[k])/ingest.Seconds())
 	}
 	fmt.Fprintf(&b, "| serve memory | peak RSS %d MiB (VmHWM %d MiB) |\n", peak.serve>>10, hwmServe>>10)
 	fmt.Fprintf(&b, "| clickhouse-server memory | peak RSS %d MiB (VmHWM %d MiB) |\n", peak.ch>>10, hwmCH>>10)
@@ -350,17 +453,10 @@ func run(c config) error {
 	fmt.Fprintf(&b, "| dropped by serve | %d samples, %d spans; %d exports refused as UNAVAILABLE while its buffer was full, sent again |\n",
 		st.Store.DroppedSamples, st.Store.DroppedSpans, retries.Load())
 	fmt.Fprintf(&b, "| machine | %d CPUs, load average %s at the end |\n", runtime.NumCPU(), loadavg())
-	fmt.Print(b.String())
-	if c.out != "" {
-		f, err := os.OpenFile(c.out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = f.WriteString(b.String())
-		return err
-	}
-	return nil
+	res = result{samples: n, ingestSec: ingest.Seconds(), serveCPU: cpu1["serve"] - cpu0["serve"], chCPU: cpu1["clickhouse"] - cpu0["clickhouse"],
+		serveRSS: peak.serve, chRSS: peak.ch, openMedian: median(opens), bytesPerSample: float64(bytes) / float64(rows),
+		droppedSamples: st.Store.DroppedSamples, loadAtEnd: loadavg(), markdown: b.String()}
+	return res, nil
 }
 
 func binaryRand(r *rand.Rand, b []byte) {
