@@ -24,7 +24,7 @@ BENCH_PACKAGES := linux-perf bpftrace libbpf-tools bpftool libc6-dbg clickhouse-
 RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal/clock ./internal/proc \
 	./internal/web ./internal/web/live/chstore ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
-.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test unit vet demo demo-trace demo-trace-clickhouse demo-polyglot bench bench-serve bench-serve-store soak kernels clean \
+.PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test unit vet demo demo-trace demo-trace-clickhouse demo-polyglot demo-polyglot-clickhouse bench bench-serve bench-serve-store soak kernels clean \
 	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
@@ -356,6 +356,17 @@ demo-polyglot: deps java-sdk tracework-deps
 	@mkdir -p $(OUT)
 	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-polyglot.png $(GO) test -count=1 -v -timeout 10m \
 		-run TestThreeServicesPolyglot ./test/trace/
+
+# The same through ClickHouse: the collector forwards to the in-memory
+# serve and to serve --store clickhouse://… on a clickhouse-server the test
+# starts; the known work is checked on the in-memory one, and a serve that
+# only reads ClickHouse must show every trace as the in-memory window
+# does, and so must a new one after both store instances stopped.
+# Screenshot of its trace view: $(OUT)/demo-polyglot-clickhouse.png.
+demo-polyglot-clickhouse: deps java-sdk tracework-deps clickhouse-deps
+	@mkdir -p $(OUT)
+	SPANPROF_TRACE_SCREENSHOT=$(PWD)/$(OUT)/demo-polyglot-clickhouse.png $(GO) test -count=1 -v -timeout 20m \
+		-run TestThreeServicesClickHouse ./test/trace/
 
 # Ten minutes of the agent under process churn, lying thread contexts and
 # off-CPU load: RSS, goroutines, threads and open files over time, failing

@@ -140,7 +140,9 @@ func pyenvPython(versions ...string) string {
 	return ""
 }
 
-func TestThreeServicesPolyglot(t *testing.T) {
+func TestThreeServicesPolyglot(t *testing.T) { polyglot(t, "") }
+
+func polyglot(t *testing.T, store string) {
 	testutil.RequireRoot(t, "skip: profiling needs root")
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		t.Skip("skip: no BTF at /sys/kernel/btf/vmlinux")
@@ -194,7 +196,13 @@ func TestThreeServicesPolyglot(t *testing.T) {
 	srv.line(t, "spanprof:")
 	cfg := filepath.Join(dir, "collector.yaml")
 	profiles := filepath.Join(dir, "profiles.jsonl")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(polyglotConfig, colAddr, colHTTP, serveOTLP, profiles)), 0o644); err != nil {
+	config := fmt.Sprintf(polyglotConfig, colAddr, colHTTP, serveOTLP, profiles)
+	var stores *storeServes
+	if store != "" {
+		stores = startStores(t, spanprof)
+		config = fmt.Sprintf(polyglotStoreConfig, colAddr, colHTTP, serveOTLP, stores.otlp, profiles)
+	}
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start(t, col, "--config", cfg, "--feature-gates=service.profilesSupport")
@@ -415,6 +423,9 @@ func TestThreeServicesPolyglot(t *testing.T) {
 				t.Errorf("%s %s: %.1f %% of %d events inside a span carry its ids, want ≥ 99 %%", svc, kind, 100*c.Recall(), c.InSpan)
 			}
 		}
+	}
+	if stores != nil {
+		webAddr = stores.check(t, webAddr, want)
 	}
 	if shot := os.Getenv("SPANPROF_TRACE_SCREENSHOT"); shot != "" {
 		screenshotTrace(t, webAddr, first, shot)
