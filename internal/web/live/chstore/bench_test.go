@@ -1,6 +1,7 @@
 package chstore
 
 import (
+	"os"
 	"syscall"
 	"testing"
 
@@ -15,11 +16,20 @@ import (
 // profile model (otlp.FromProfiles) and the RowBinary rows
 // (encodeProfile), with the stacks already written, as in steady state.
 // bench/servestore measures the whole of serve and ClickHouse.
+//
+// SPANPROF_INGEST_INPUT=FILE.otlp.pb takes a recorded export instead
+// (`spanprof record --all --off-cpu --output FILE.otlp.pb`): real stacks,
+// deeper and with longer names than the synthetic ones.
 func BenchmarkIngest(b *testing.B) {
 	var pm pprofile.ProtoMarshaler
 	buf, err := pm.MarshalProfiles(otlp.Build(exporttest.Synthetic(2000)))
 	if err != nil {
 		b.Fatal(err)
+	}
+	if in := os.Getenv("SPANPROF_INGEST_INPUT"); in != "" {
+		if buf, err = os.ReadFile(in); err != nil {
+			b.Fatal(err)
+		}
 	}
 	seen := map[stackDay]bool{}
 	isSeen := func(h uint64, d uint16) bool {
