@@ -84,7 +84,10 @@ bench-serve: build
 # is missing; root) replayed as 20 nodes at 99 Hz on 2 CPUs for an hour,
 # as fast as it goes: samples/s written, CPU and memory of serve and of
 # clickhouse-server, time to open a trace, disk bytes per sample
-# (bench/servestore). SERVESTORE_FLAGS="-stream 10m" shortens it.
+# (bench/servestore). SERVESTORE_FLAGS="-stream 10m" shortens it;
+# "-reference OTHER-BUILD -rounds 2" runs another build in turn with it
+# and sets their CPU per sample side by side, "-cpuprofile DIR" keeps
+# serve's Go CPU profile of each run.
 SERVESTORE_FLAGS ?=
 bench-serve-store: build clickhouse-deps
 	@mkdir -p $(OUT)/bench
