@@ -31,6 +31,7 @@ public final class SpanprofThreadContext {
     final LongAdder errors = new LongAdder();
     final LongAdder prepareErrors = new LongAdder();
     volatile boolean wrapped;
+    volatile boolean ownStorage;
     volatile boolean startBuilds;
 
     private Stats() {}
@@ -89,6 +90,14 @@ public final class SpanprofThreadContext {
     /** Whether the context storage in use is wrapped, i.e. attaches are being published. */
     public boolean storageWrapped() {
       return wrapped;
+    }
+
+    /**
+     * Whether spanprof's storage keeps the current context itself, in place of OpenTelemetry's
+     * default thread-local storage (false when it wraps another storage, which keeps it).
+     */
+    public boolean storageKeepsContext() {
+      return ownStorage;
     }
 
     @Override
