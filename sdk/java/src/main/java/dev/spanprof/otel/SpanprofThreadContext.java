@@ -106,7 +106,8 @@ public final class SpanprofThreadContext {
           "spanprof-otel: thread context %s; %d threads set up; %d virtual-thread attaches not published;"
               + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread;"
               + " %d switches failed; records built at %s; %d span starts failed",
-          wrapped ? "published" : "NOT published (context storage not wrapped)",
+          !wrapped ? "NOT published (context storage not wrapped)"
+              : ownStorage ? "published (spanprof's storage keeps the context)" : "published (over another context storage)",
           threads(),
           virtualThreadAttachesSkipped(),
           disabledAttachesSkipped(),
