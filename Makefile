@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/web/live/chstore ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test unit vet demo demo-trace demo-trace-clickhouse demo-polyglot demo-polyglot-clickhouse bench bench-serve bench-serve-store soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
+	java-sdk java-sdk-test java-sdk-test-summary java-bench java-bench-paired python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
 
@@ -252,6 +252,17 @@ java-bench: java-sdk
 	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
 	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
 		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
+
+# spanLifecycle (start a server span, attach, close, end) timed with and
+# without spanprof in one JVM, in alternating blocks of a few ms, thread
+# CPU time (sdk/java/src/test/java/dev/spanprof/otel/PairedLifecycle.java):
+# on a machine shared with other work the load weighs on both sides alike.
+# PAIRED_ARGS: rounds, ops per block, part (all, processor, storage).
+PAIRED_ARGS ?= 300 10000 all
+java-bench-paired: java-sdk
+	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
+	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+		dev.spanprof.otel.PairedLifecycle $(PAIRED_ARGS)
 
 # The Python SDK (sdk/python) under each pyenv CPython: a venv per version
 # in $(OUT)/python/VERSION/venv with the pinned OpenTelemetry packages of

@@ -45,7 +45,7 @@ final class SpanRecord {
   /** Server spans only: the attribute writes counted when http.route was read, -1 for none yet. */
   final int attrWrites;
   final boolean server;
-  /** The record: its first len bytes are copied (16 spare bytes follow, used to parse the ids). */
+  /** The record: its first len bytes are copied (32 spare bytes follow, used to parse the ids). */
   final byte[] rec;
   final int len;
 
@@ -126,7 +126,7 @@ final class SpanRecord {
     }
     byte[] attrs = attrs(name, route);
     int len = 28 + attrs.length;
-    byte[] rec = new byte[len + 16];
+    byte[] rec = new byte[len + 32];
     System.arraycopy(attrs, 0, rec, 28, attrs.length);
     ids(sc, rec, len);
     attrLen(rec, attrs.length);
@@ -153,13 +153,12 @@ final class SpanRecord {
   /** The header: ids (hex parsed in the spare bytes at tail), valid, flags. */
   @SuppressWarnings("deprecation") // getBytes(int, int, byte[], int): a plain copy of ASCII
   static void ids(SpanContext sc, byte[] rec, int tail) {
-    String t = sc.getTraceId();
-    t.getBytes(0, 16, rec, tail);
-    long hi = hex64(rec, tail);
-    t.getBytes(16, 32, rec, tail);
-    long lo = hex64(rec, tail);
+    // The digits copied first, then parsed (as ThreadRecords.header).
+    sc.getTraceId().getBytes(0, 32, rec, tail);
+    long hi = ThreadRecords.hex64(rec, tail);
+    long lo = ThreadRecords.hex64(rec, tail + 16);
     sc.getSpanId().getBytes(0, 16, rec, tail);
-    long s = hex64(rec, tail);
+    long s = ThreadRecords.hex64(rec, tail);
     LONG_BE.set(rec, 0, hi);
     LONG_BE.set(rec, 8, lo);
     LONG_BE.set(rec, 16, s);
@@ -169,10 +168,6 @@ final class SpanRecord {
 
   static void attrLen(byte[] rec, int n) {
     SHORT_HOST.set(rec, 26, (short) n);
-  }
-
-  private static long hex64(byte[] b, int at) {
-    return (ThreadRecords.hex32((long) LONG_BE.get(b, at)) << 32) | ThreadRecords.hex32((long) LONG_BE.get(b, at + 8));
   }
 
   /** Empties the table (tests). */

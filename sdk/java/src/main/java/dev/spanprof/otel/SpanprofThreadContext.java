@@ -31,6 +31,7 @@ public final class SpanprofThreadContext {
     final LongAdder errors = new LongAdder();
     final LongAdder prepareErrors = new LongAdder();
     volatile boolean wrapped;
+    volatile boolean ownStorage;
     volatile boolean startBuilds;
 
     private Stats() {}
@@ -91,13 +92,22 @@ public final class SpanprofThreadContext {
       return wrapped;
     }
 
+    /**
+     * Whether spanprof's storage keeps the current context itself, in place of OpenTelemetry's
+     * default thread-local storage (false when it wraps another storage, which keeps it).
+     */
+    public boolean storageKeepsContext() {
+      return ownStorage;
+    }
+
     @Override
     public String toString() {
       return String.format(
           "spanprof-otel: thread context %s; %d threads set up; %d virtual-thread attaches not published;"
               + " %d attaches not published (library: %s); %d restores published NULL; %d scopes closed on another thread;"
               + " %d switches failed; records built at %s; %d span starts failed",
-          wrapped ? "published" : "NOT published (context storage not wrapped)",
+          !wrapped ? "NOT published (context storage not wrapped)"
+              : ownStorage ? "published (spanprof's storage keeps the context)" : "published (over another context storage)",
           threads(),
           virtualThreadAttachesSkipped(),
           disabledAttachesSkipped(),

@@ -25,15 +25,18 @@ final class ThreadRecords {
   static final int ATTRS_MAX = RECORD - 28;
   static final int MAX_VALUE = 255;
 
-  // A record is assembled in a heap array (SpanRecord's, or the scratch
-  // one for ids alone) and copied in one bulk put: byte-array views compile
-  // to plain stores, while each direct-buffer access carries its own checks.
+  // A span's record is written in place: at its start into the buffer its
+  // attach will publish (the header's stores, and the attribute bytes
+  // unless that buffer holds them already), or at an attach copied in one
+  // bulk put from SpanRecord's heap array.
   private static final VarHandle LONG_BE =
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
-  private static final VarHandle SHORT_HOST =
-      MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.nativeOrder());
   private static final VarHandle SLOT =
       MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
+  private static final VarHandle BUF_LONG_BE =
+      MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
+  private static final VarHandle BUF_SHORT_HOST =
+      MethodHandles.byteBufferViewVarHandle(short[].class, ByteOrder.nativeOrder());
   final Thread owner;
   private final ByteBuffer recs;
   private final ByteBuffer slot;
@@ -45,22 +48,24 @@ final class ThreadRecords {
   private String lastTrace;
   private long traceHi;
   private long traceLo;
-  private final byte[] hex = new byte[16];
-  private final byte[] scratch = new byte[28];
+  /** The ids' hex digits, copied here to be parsed eight at a time. */
+  private final byte[] hex = new byte[48];
   /**
-   * The record of the span last started on this thread (span processor), for its first attach:
-   * its SpanContext (null: none), name, kind, attribute writes, bytes and length.
+   * The buffer holding the record of the span last started on this thread (span processor),
+   * written there at its start for its first attach; -1: none.
    */
-  private SpanContext startedCtx;
-  private String startedName;
-  private boolean startedServer;
-  private int startedWrites;
-  private final byte[] startedRec = new byte[RECORD + 16];
-  private int startedLen;
+  private int prepared = -1;
   /** The name, kind and attribute writes of the SDK span whose record each buffer holds (name null: ids only). */
   private final String[] heldName = new String[LEVELS * 2];
   private final boolean[] heldServer = new boolean[LEVELS * 2];
   private final int[] heldWrites = new int[LEVELS * 2];
+  /**
+   * The attribute encoding (SpanRecord.attrs's shared array, never changed) whose bytes follow
+   * each buffer's header, null when unknown, and each buffer's record length: a record of the
+   * same name and route then rewrites only the 28-byte header.
+   */
+  private final byte[][] heldAttrs = new byte[LEVELS * 2][];
+  private final int[] heldLen = new int[LEVELS * 2];
   /** Open levels; may exceed LEVELS (the deepest level is then reused). */
   int depth;
   /** The published buffer, -1 for NULL. */
@@ -118,21 +123,26 @@ final class ThreadRecords {
       publish(-1);
       return;
     }
-    // Fill the buffer the reader cannot be looking at; of the two, the
-    // older one, so a recently restored record survives longest.
-    int w = published == a ? b : published == b ? a : (gen[a] <= gen[b] ? a : b);
-    // An SDK span's record is built once (at its start, or at the first
-    // attach that finds none) and copied whole; other spans get ids only.
+    int w = fill(a, b);
+    // An SDK span's record is built once (at its start, in a buffer of
+    // the level where its attach usually comes, found above; or at the
+    // first attach that finds none) and copied whole; other spans get ids
+    // only.
     gen[w]++;
     holder[w] = null; // until the record is whole: a write that throws leaves nothing to republish
-    if (startedCtx == sc && SpanRecord.unchanged(span, startedName, startedServer, startedWrites)) {
-      recs.put(w * RECORD, startedRec, 0, startedLen);
-      held(w, startedName, startedServer, startedWrites);
+    int p = prepared;
+    if (p >= 0 && holder[p] == span && unchanged(p, span)) {
+      // Started here, attached at another level: copied from its buffer.
+      recs.put(w * RECORD, recs, p * RECORD, heldLen[p]);
+      held(w, heldName[p], heldServer[p], heldWrites[p]);
+      heldAttrs[w] = heldAttrs[p];
+      heldLen[w] = heldLen[p];
     } else {
       SpanRecord rec = SpanRecord.find(span, sc);
       if (rec == null) {
         rec = SpanRecord.build(span, sc);
       }
+      heldAttrs[w] = null;
       if (rec != null) {
         recs.put(w * RECORD, rec.rec, 0, rec.len);
         held(w, rec.name, rec.server, rec.attrWrites);
@@ -143,6 +153,14 @@ final class ThreadRecords {
     }
     holder[w] = span;
     publish(w);
+  }
+
+  /**
+   * The buffer of a level's two (a, b) to write: the one the reader cannot be looking at; of two
+   * unpublished, the older, so a recently restored record survives longest.
+   */
+  private int fill(int a, int b) {
+    return published == a ? b : published == b ? a : (gen[a] <= gen[b] ? a : b);
   }
 
   private void held(int i, String name, boolean server, int writes) {
@@ -159,10 +177,12 @@ final class ThreadRecords {
 
   /**
    * Builds the record of an SDK span starting on this thread (the span processor, in the SDK's
-   * startSpan: no other thread has the span yet), for its first attach here.
+   * startSpan: no other thread has the span yet), for its first attach here: in the buffer that
+   * attach fills when it comes next at this depth, as {@link #enter} would (never the published
+   * one, its generation bumped), where enter finds it held by the span and only publishes it.
    */
   void started(Span span, SpanContext sc) {
-    startedCtx = null; // until the record is whole
+    prepared = -1;
     String name = SpanAttrs.name(span);
     if (name == null) {
       return;
@@ -175,20 +195,52 @@ final class ThreadRecords {
       route = SpanAttrs.routeUnlocked(span);
     }
     byte[] attrs = SpanRecord.attrs(name, route);
-    int len = 28 + attrs.length;
-    System.arraycopy(attrs, 0, startedRec, 28, attrs.length);
-    SpanRecord.ids(sc, startedRec, len);
-    SpanRecord.attrLen(startedRec, attrs.length);
-    startedName = name;
-    startedServer = server;
-    startedWrites = writes;
-    startedLen = len;
-    startedCtx = sc;
+    int lvl = depth < LEVELS ? depth : LEVELS - 1;
+    int w = fill(lvl * 2, lvl * 2 + 1);
+    gen[w]++;
+    holder[w] = null; // until the record is whole
+    int off = w * RECORD;
+    if (heldAttrs[w] != attrs) {
+      heldAttrs[w] = null;
+      recs.put(off + 28, attrs, 0, attrs.length);
+      heldAttrs[w] = attrs;
+    }
+    header(off, sc, attrs.length);
+    held(w, name, server, writes);
+    heldLen[w] = 28 + attrs.length;
+    holder[w] = span;
+    prepared = w;
   }
 
-  /** The SpanContext of the record built at the last span start here (tests). */
+  /** The SpanContext of the record built at the last span start here, null for none (tests). */
   SpanContext startedForTest() {
-    return startedCtx;
+    int p = prepared;
+    return p < 0 || holder[p] == null ? null : holder[p].getSpanContext();
+  }
+
+  /** Writes a record's 28-byte header (ids, valid, flags, attribute size) at off, in place. */
+  @SuppressWarnings("deprecation") // getBytes(int, int, byte[], int): a plain copy of ASCII
+  private void header(int off, SpanContext sc, int attrLen) {
+    String t = sc.getTraceId();
+    byte[] h = hex;
+    if (t != lastTrace) {
+      // All digits copied first, then parsed: a read of eight bytes just
+      // written by the copy would wait on it, where a later one need not.
+      t.getBytes(0, 32, h, 0);
+      sc.getSpanId().getBytes(0, 16, h, 32);
+      traceHi = hex64(h, 0);
+      traceLo = hex64(h, 16);
+      lastTrace = t;
+    } else {
+      sc.getSpanId().getBytes(0, 16, h, 32);
+    }
+    ByteBuffer r = recs;
+    BUF_LONG_BE.set(r, off, traceHi);
+    BUF_LONG_BE.set(r, off + 8, traceLo);
+    BUF_LONG_BE.set(r, off + 16, hex64(h, 32));
+    r.put(off + 24, (byte) 1);
+    r.put(off + 25, sc.getTraceFlags().asByte());
+    BUF_SHORT_HOST.set(r, off + 26, (short) attrLen);
   }
 
   /** Restores the state a scope saw before its attach. */
@@ -215,28 +267,13 @@ final class ThreadRecords {
 
   /** A record of ids and flags, no attributes (a span that is not the SDK's). */
   private void writeIds(int i, SpanContext sc) {
-    String t = sc.getTraceId();
-    if (t != lastTrace) {
-      traceHi = hex64(t, 0);
-      traceLo = hex64(t, 16);
-      lastTrace = t;
-    }
-    byte[] r = scratch;
-    LONG_BE.set(r, 0, traceHi);
-    LONG_BE.set(r, 8, traceLo);
-    LONG_BE.set(r, 16, hex64(sc.getSpanId(), 0));
-    r[24] = 1;
-    r[25] = sc.getTraceFlags().asByte();
-    SHORT_HOST.set(r, 26, (short) 0);
-    recs.put(i * RECORD, r, 0, 28);
+    header(i * RECORD, sc, 0);
+    heldLen[i] = 28;
   }
 
-  /** Parses 16 hex digits (valid ids are lowercase hex, SpanContext checks). */
-  @SuppressWarnings("deprecation") // getBytes(int, int, byte[], int): a plain copy of ASCII
-  private long hex64(String s, int from) {
-    byte[] h = hex;
-    s.getBytes(from, from + 16, h, 0);
-    return (hex32((long) LONG_BE.get(h, 0)) << 32) | hex32((long) LONG_BE.get(h, 8));
+  /** Parses 16 hex digits at b[at] (valid ids are lowercase hex, SpanContext checks). */
+  static long hex64(byte[] b, int at) {
+    return (hex32((long) LONG_BE.get(b, at)) << 32) | hex32((long) LONG_BE.get(b, at + 8));
   }
 
   /** Eight ASCII hex digits, the first in the top byte, to their 32-bit value (no lookups, no branches). */

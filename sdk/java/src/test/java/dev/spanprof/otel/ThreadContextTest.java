@@ -13,6 +13,7 @@ import io.opentelemetry.api.trace.TraceFlags;
 import io.opentelemetry.api.trace.TraceState;
 import io.opentelemetry.api.trace.Tracer;
 import io.opentelemetry.context.Context;
+import io.opentelemetry.context.ContextStorage;
 import io.opentelemetry.context.Scope;
 import io.opentelemetry.sdk.resources.Resource;
 import io.opentelemetry.sdk.trace.SdkTracerProvider;
@@ -179,28 +180,90 @@ class ThreadContextTest {
 
   @Test
   void outOfOrderCloseNeverPublishesAWrongRecord() {
+    assertTrue(SpanprofThreadContext.stats().storageKeepsContext(), "over the default storage, spanprof's keeps the context");
     Span a = tracer.spanBuilder("a").startSpan();
     Span b = tracer.spanBuilder("b").startSpan();
     Scope sa = a.makeCurrent();
     Scope sb = b.makeCurrent();
-    sa.close(); // wrong order: the storage now holds what was before a
-    assertEquals(0, NativeLib.slot());
-    for (int i = 0; i < 3; i++) { // reuse level 0's buffers
+    sa.close(); // wrong order: ignored, as the default storage does (a's context is not current)
+    assertEquals(b, Span.current());
+    assertPublished(b, "b", null);
+    for (int i = 0; i < 3; i++) {
       Span c = tracer.spanBuilder("c").startSpan();
       try (Scope sc = c.makeCurrent()) {
         assertPublished(c, "c", null);
       }
+      assertPublished(b, "b", null);
     }
-    long lost = SpanprofThreadContext.stats().restoresPublishedNull();
-    sb.close(); // the storage restores a; a's buffer was reused
-    Rec r = current();
-    assertTrue(r == null || r.span.equals(a.getSpanContext().getSpanId()), "restored " + r);
-    if (r == null) {
-      assertEquals(lost + 1, SpanprofThreadContext.stats().restoresPublishedNull());
-    }
+    sb.close(); // the storage restores a
+    assertEquals(a, Span.current());
+    assertPublished(a, "a", null);
+    sa.close(); // a's context is current now: what was before it comes back
+    assertEquals(Span.getInvalid(), Span.current());
+    assertEquals(0, NativeLib.slot());
     try (Scope s = Context.root().makeCurrent()) {
       assertEquals(0, NativeLib.slot());
     }
+  }
+
+  @Test
+  void theStorageBehavesAsTheDefaultOne() {
+    Span a = tracer.spanBuilder("a").startSpan();
+    ContextStorage st = ContextStorage.get();
+    assertEquals(Scope.noop(), st.attach(null), "a null context changes nothing");
+    assertEquals(0, NativeLib.slot());
+    try (Scope sa = a.makeCurrent()) {
+      assertEquals(Scope.noop(), st.attach(Context.current()), "the current context attached again changes nothing");
+      assertPublished(a, "a", null);
+      sa.close();
+      sa.close(); // twice: the second is ignored
+      assertEquals(null, st.current());
+      assertEquals(0, NativeLib.slot());
+    }
+    // A scope closed on another thread restores nothing of its own thread.
+    long foreign = SpanprofThreadContext.stats().foreignThreadCloses();
+    Scope sa = a.makeCurrent();
+    onThread(() -> {
+      sa.close();
+      assertEquals(null, ContextStorage.get().current(), "the other thread's context changed");
+    });
+    assertEquals(foreign + 1, SpanprofThreadContext.stats().foreignThreadCloses());
+    assertEquals(a, Span.current(), "a close on another thread restored this one's context");
+    assertPublished(a, "a", null);
+    sa.close(); // on its own thread: the other's close was ignored, this one restores
+    assertEquals(Span.getInvalid(), Span.current());
+    assertEquals(0, NativeLib.slot());
+  }
+
+  @Test
+  void overAnotherStorageTheRecordsMirrorIt() {
+    // A storage that is not the default one keeps the context; spanprof's only publishes.
+    ContextStorage other = new ContextStorage() {
+      @Override
+      public Scope attach(Context toAttach) {
+        return ContextStorage.defaultStorage().attach(toAttach);
+      }
+
+      @Override
+      public Context current() {
+        return ContextStorage.defaultStorage().current();
+      }
+    };
+    ContextStorage st = new SpanprofContextStorage(other);
+    Span a = tracer.spanBuilder("a").startSpan();
+    Span b = tracer.spanBuilder("b").startSpan();
+    try (Scope sa = st.attach(Context.root().with(a))) {
+      assertEquals(a, Span.fromContext(other.current()));
+      assertPublished(a, "a", null);
+      try (Scope sb = st.attach(Context.root().with(b))) {
+        assertEquals(b, Span.fromContext(other.current()));
+        assertPublished(b, "b", null);
+      }
+      assertPublished(a, "a", null);
+    }
+    assertEquals(null, other.current());
+    assertEquals(0, NativeLib.slot());
+    assertTrue(SpanprofThreadContext.stats().storageKeepsContext(), "the installed storage is still the one keeping it");
   }
 
   @Test

@@ -53,10 +53,12 @@ public class ContextSwitchBench {
     // wrapper and the span processor that builds each span's record at its
     // start. "spanprof-noproc": the wrapper alone (a hand-built SDK without
     // the processor: each span's first attach builds its record). The old
-    // build has no processor.
+    // build's processor, when it has one.
     io.opentelemetry.sdk.trace.SdkTracerProviderBuilder b = SdkTracerProvider.builder();
     if (storage.equals("spanprof")) {
       b.addSpanProcessor(SpanprofThreadContext.spanProcessor());
+    } else if (storage.equals("spanprof-old") && oldProcessor != null) {
+      b.addSpanProcessor(oldProcessor);
     }
     tracer = b.build().get("bench");
     one = Context.root().with(span(tracer, "GET /items/{id}"));
@@ -83,6 +85,7 @@ public class ContextSwitchBench {
   }
 
   private static Object oldStats;
+  private static io.opentelemetry.sdk.trace.SpanProcessor oldProcessor;
 
   // -Dspanprof.bench.cpu=true: each iteration prints the benchmark thread's
   // CPU time per op ("spanprof-bench-cpu CASE STORAGE NS"), which a machine
@@ -145,6 +148,11 @@ public class ContextSwitchBench {
     Class<?> tc = old.loadClass("dev.spanprof.otel.SpanprofThreadContext");
     tc.getMethod("install").invoke(null);
     oldStats = tc.getMethod("stats").invoke(null);
+    try {
+      oldProcessor = (io.opentelemetry.sdk.trace.SpanProcessor) tc.getMethod("spanProcessor").invoke(null);
+    } catch (NoSuchMethodException e) {
+      oldProcessor = null; // a build from before the span processor
+    }
   }
 
   private static Span span(Tracer tracer, String name) {
