@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // hostSources is the host's Debian apt source in deb822 form, from which
@@ -97,4 +98,36 @@ func suiteSource(path, suite string) ([]byte, error) {
 		return []byte(out.String()), nil
 	}
 	return nil, fmt.Errorf("%w: %s has no stanza of the main Debian archive to derive a %s source from", errUnavailable, path, suite)
+}
+
+// TestSuiteSource derives another suite's source from deb822 files as
+// Debian writes them: the main archive's stanza, whatever comes before
+// it, and no stanza to derive from.
+func TestSuiteSource(t *testing.T) {
+	const main = "Types: deb\n# a comment\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+	const security = "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /k.gpg\n"
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"main first", main + "\n" + security, "Types: deb\nURIs: http://mirror.example/debian\nSuites: bullseye\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"},
+		{"security first", security + "\n" + main, "Types: deb\nURIs: http://mirror.example/debian\nSuites: bullseye\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"},
+		{"security only", security, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "debian.sources")
+			if err := os.WriteFile(p, []byte(tc.in), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := suiteSource(p, "bullseye")
+			if tc.want == "" {
+				if !isUnavailable(err) {
+					t.Fatalf("got %q, %v; want the kernel unavailable", got, err)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
 }

@@ -8,6 +8,9 @@
 // and "host" for the running kernel without qemu. The default is every
 // series of every architecture in arches, and the host.
 // SPANPROF_KERNEL_TIMEOUT bounds one kernel's run (default 12m).
+// SPANPROF_KERNEL_STEPS and SPANPROF_KERNEL_FLIP_RUNS reach guest.sh
+// (guestEnv): the steps to run, and how many times the patching step's
+// loop runs.
 package kernels
 
 import (
