@@ -363,4 +363,7 @@ for step in ${STEPS:-patching insns helpers oncpu correlation dtvcorrelation goc
 	fi
 	result time step=$step s=$(echo "$t0 $(now)" | awk '{print $2-$1}')
 done
+# The perf interrupt's cost as the kernel judged it: it lowers the
+# sample rate it allows when a sample takes too long, and throttles events.
+result perf max_sample_rate=$(cat /proc/sys/kernel/perf_event_max_sample_rate 2>/dev/null) lowered=$(dmesg 2>/dev/null | grep -c "interrupt took too long") throttled=$(dmesg 2>/dev/null | grep -c "perf.*throttl")
 result done
