@@ -308,8 +308,9 @@ python-bench: python-venvs
 		OTEL_PYTHON_CONTEXT=spanprof $(OUT)/python/$$v/venv/bin/python sdk/python/bench/bench_attach.py --markdown || exit 1; \
 	done; } | tee $(OUT)/python/bench.md
 
-# The kernel matrix alone (part of make test): Debian's 6.1 and 6.12 cloud
-# kernels under qemu (TCG) and the host kernel run the same workload.
+# The kernel matrix alone (part of make test): Debian's cloud kernels (12's
+# 6.1 and 6.12, 13's 6.12; 11's 5.10 with SPANPROF_KERNELS=5.10) under qemu
+# (TCG) and the host kernel run the same workload.
 # SPANPROF_KERNELS picks them, e.g. SPANPROF_KERNELS=6.12,host; downloaded
 # kernels are kept in SPANPROF_KERNEL_CACHE (/var/cache/spanprof-kernels).
 kernels: deps

@@ -37,7 +37,7 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 	s = bpf_map_lookup_elem(&sample_scratch, &zero);
 	if (!s)
 		return 0;
-	task = bpf_get_current_task_btf();
+	task = CURRENT_TASK();
 
 	fill_sample(s, task, pid_tgid, SAMPLE_ON_CPU, 0, 1);
 	mode = CTX_MODE(ctx);
@@ -64,14 +64,13 @@ int sample_on_cpu(struct bpf_perf_event_data *ctx)
 SEC("uprobe")
 int BPF_KPROBE(set_trace_context, const __u8 *trace_id, const __u8 *span_id)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct trace_context *tc;
 	__u8 tid[16], sid[8];
 
 	if (!trace_id) {
 		/* Clear in place: an update of the task's own entry cannot
 		 * fail, where a delete can (-EBUSY) and leave a stale span. */
-		tc = bpf_task_storage_get(&task_trace_context, task, 0, 0);
+		tc = TASK_GET(&task_trace_context, CURRENT_TASK(), (__u32)bpf_get_current_pid_tgid(), 0);
 		if (tc)
 			__builtin_memset(tc, 0, sizeof(*tc));
 		return 0;
@@ -82,7 +81,7 @@ int BPF_KPROBE(set_trace_context, const __u8 *trace_id, const __u8 *span_id)
 		__builtin_memset(tid, 0, sizeof(tid)); /* never keep the old span */
 		__builtin_memset(sid, 0, sizeof(sid));
 	}
-	tc = bpf_task_storage_get(&task_trace_context, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	tc = TASK_GET(&task_trace_context, CURRENT_TASK(), (__u32)bpf_get_current_pid_tgid(), 1);
 	if (!tc)
 		return 0;
 	__builtin_memcpy(tc->trace_id, tid, sizeof(tid));
@@ -136,6 +135,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	}
 	/* Which file the loader is, so user space never places another one
 	 * of the same path (a container's against the host's). */
+#ifndef SPANPROF_COMPAT
 	if (e->interp_base && bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_find_vma)) {
 		struct file_id id = {};
 
@@ -143,6 +143,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 		e->interp_ino = id.ino;
 		e->interp_dev = id.dev;
 	}
+#endif
 	n = bpf_probe_read_kernel_str(e->path, sizeof(e->path), bprm->interp);
 	e->path_len = n > 0 ? n : 0;
 	proc_event_submit(e);
@@ -156,6 +157,14 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	__u32 tgid = pid_tgid >> 32;
 	struct proc_lifecycle *e;
 
+#ifdef SPANPROF_COMPAT
+	/* The per-thread hashes stand in for task storage, which the kernel
+	 * frees with the task. */
+	__u32 thread = (__u32)pid_tgid;
+
+	bpf_map_delete_elem(&task_trace_context, &thread);
+	bpf_map_delete_elem(&offcpu_threads, &thread);
+#endif
 	/* Only the whole process going away matters for mappings. */
 	if ((__u32)pid_tgid != tgid || !wanted(tgid))
 		return 0;
@@ -212,13 +221,19 @@ int on_link_map(struct pt_regs *ctx)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	/* prev is current; the compat object takes it from the argument
+	 * (no bpf_get_current_task_btf before 5.11). */
+#ifdef SPANPROF_COMPAT
+	struct task_struct *task = prev;
+#else
 	struct task_struct *task = bpf_get_current_task_btf();
+#endif
 	struct offcpu_thread *st;
 	__u64 now = offcpu_clock(task);
 
 	if (now)
 		offcpu_switch_out(ctx, task, preempt, now);
-	st = bpf_task_storage_get(&offcpu_threads, next, 0, 0);
+	st = TASK_GET(&offcpu_threads, next, next->pid, 0);
 	if (st && st->pending) {
 		st->pending = 0;
 		offcpu_emit(next->pid);
@@ -231,7 +246,7 @@ int BPF_PROG(sched_switch_btf, bool preempt, struct task_struct *prev, struct ta
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sched_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = CURRENT_TASK();
 	__u64 now = offcpu_clock(task);
 	__u32 tid;
 

@@ -43,6 +43,7 @@ const (
 	SamplerDropCounterCNT_OFFCPU_SAMPLES      SamplerDropCounter = 12
 	SamplerDropCounterCNT_OFFCPU_PENDING_FULL SamplerDropCounter = 13
 	SamplerDropCounterCNT_OFFCPU_STATE_ERR    SamplerDropCounter = 14
+	SamplerDropCounterCNT_TASK_HASH_FULL      SamplerDropCounter = 15
 	SamplerDropCounterCNT_MAX                 SamplerDropCounter = 16
 )
 

@@ -65,6 +65,7 @@ enum drop_counter {
 	CNT_OFFCPU_SAMPLES = 12,      /* waits captured at switch-out */
 	CNT_OFFCPU_PENDING_FULL = 13, /* capture dropped: offcpu_pending full */
 	CNT_OFFCPU_STATE_ERR = 14,    /* no task storage for the thread's clock */
+	CNT_TASK_HASH_FULL = 15,      /* compat object (Linux 5.10): a per-thread hash was full */
 	CNT_MAX = 16,
 };
 

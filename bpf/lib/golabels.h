@@ -130,7 +130,7 @@ static __always_inline int read_go_labels(struct stack_sample *s, struct task_st
 	/* The saved user registers: a tick that interrupted user code entered
 	 * the kernel through them too, and a switch-out through a system call,
 	 * which Go makes with g kept in its register. */
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	struct pt_regs *regs = TASK_PT_REGS(task);
 
 	if (!regs)
 		return 0;

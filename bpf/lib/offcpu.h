@@ -47,12 +47,22 @@
  * that the integer coin below cannot overflow. */
 volatile const __u64 offcpu_threshold_ns = 2000000;
 
+#ifdef SPANPROF_COMPAT
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, TASK_HASH_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct offcpu_thread);
+} offcpu_threads SEC(".maps");
+#else
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct offcpu_thread);
 } offcpu_threads SEC(".maps");
+#endif
 
 /* Captured waits in progress, by thread id. Keyed by tid, not task storage:
  * at switch-in the raw-tracepoint fallback only has an untrusted pointer to
@@ -137,15 +147,15 @@ static __always_inline void offcpu_capture(void *ctx, struct task_struct *task, 
 static __always_inline __u64 offcpu_clock(struct task_struct *task)
 {
 	if (bpf_core_field_exists(struct cfs_rq, rq)) {
-		struct cfs_rq *cfs = task->se.cfs_rq;
+		struct cfs_rq *cfs = TREAD(task, se.cfs_rq);
 		struct rq *rq;
 
 		if (!cfs)
 			return 0;
-		rq = cfs->rq;
+		rq = TREAD(cfs, rq);
 		if (!rq)
 			return 0;
-		return rq->clock;
+		return TREAD(rq, clock);
 	}
 	return bpf_ktime_get_ns();
 }
@@ -166,23 +176,23 @@ static __always_inline void offcpu_switch_out(void *ctx, struct task_struct *tas
 		return;
 	/* The prev_state argument only exists from 5.18; the field holds the
 	 * same value at the tracepoint. */
-	prev_state = task->__state;
+	prev_state = task_state(task);
 	if (prev_state & OFFCPU_TASK_UNINTERRUPTIBLE)
 		state = 'D';
 	else if (prev_state & OFFCPU_TASK_INTERRUPTIBLE)
 		state = 'S';
 	else
 		return; /* runnable (yield), stopped, traced or dying */
-	if (!task->mm)
+	if (!TREAD(task, mm))
 		return;
 	pid_tgid = bpf_get_current_pid_tgid();
 	/* Threads get storage once they passed the filter, so for them the
 	 * storage lookup is the filter. */
-	st = bpf_task_storage_get(&offcpu_threads, task, 0, 0);
+	st = TASK_GET(&offcpu_threads, task, (__u32)pid_tgid, 0);
 	if (!st) {
 		if (!wanted(pid_tgid >> 32))
 			return;
-		st = bpf_task_storage_get(&offcpu_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		st = TASK_GET(&offcpu_threads, task, (__u32)pid_tgid, 1);
 		if (!st) {
 			count(CNT_OFFCPU_STATE_ERR);
 			return;

@@ -43,6 +43,7 @@ struct file_id {
 	__u32 dev;
 };
 
+#ifndef SPANPROF_COMPAT /* bpf_find_vma: 5.17 */
 /* interp_file records the file of the mapping at the interpreter's base. */
 static long interp_file(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
 {
@@ -55,6 +56,7 @@ static long interp_file(struct task_struct *task, struct vm_area_struct *vma, vo
 	}
 	return 0;
 }
+#endif
 
 /* Whether an exec wakes the reader at once, so that a short-lived process
  * is read from /proc before it is gone. User space clears it once the

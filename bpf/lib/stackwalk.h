@@ -100,9 +100,14 @@ struct user_ctx {
 static __always_inline void mark_pre_exec(struct stack_sample *s, struct task_struct *task,
 					  struct mm_struct *mm)
 {
+#ifdef SPANPROF_COMPAT
+	if (!BPF_CORE_READ_BITFIELD_PROBED(task, in_execve))
+		return;
+#else
 	if (!BPF_CORE_READ_BITFIELD(task, in_execve))
 		return;
-	if (s->user_sp == mm->start_stack) {
+#endif
+	if (s->user_sp == TREAD(mm, start_stack)) {
 		/* The new image's registers: from start_thread to the exec
 		 * tracepoint the sample comes before the event that tells user
 		 * space of the image (on_exec), which names the same mm. */
@@ -111,7 +116,9 @@ static __always_inline void mark_pre_exec(struct stack_sample *s, struct task_st
 		return;
 	}
 	s->flags |= SAMPLE_PRE_EXEC;
-	s->parent_pid = task->real_parent->tgid;
+	struct task_struct *parent = TREAD(task, real_parent);
+
+	s->parent_pid = TREAD(parent, tgid);
 }
 
 /* task_user_regs fills s's user registers from the task's saved user
@@ -121,12 +128,12 @@ static __always_inline void mark_pre_exec(struct stack_sample *s, struct task_st
 static __always_inline int task_user_regs(struct stack_sample *s, struct task_struct *task,
 					  struct user_ctx *u)
 {
-	struct mm_struct *mm = task->mm;
+	struct mm_struct *mm = TREAD(task, mm);
 	struct pt_regs *regs;
 
 	if (!mm)
 		return 0; /* kernel thread */
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	regs = TASK_PT_REGS(task);
 	if (!regs)
 		return 0;
 	SET_USER_REGS(s, regs);
@@ -244,7 +251,11 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 	s->pad2 = 0;
 	s->exec_mm = 0;
 	/* task is current; reading its comm directly spares a helper call. */
+#ifdef SPANPROF_COMPAT
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+#else
 	__builtin_memcpy(s->comm, task->comm, sizeof(s->comm));
+#endif
 	__builtin_memset(s->trace_id, 0, sizeof(s->trace_id));
 	__builtin_memset(s->span_id, 0, sizeof(s->span_id));
 	read_trace_context(s, task, pid_tgid);
@@ -283,6 +294,12 @@ static __always_inline int frame_addr(__u64 bp)
  * deep stacks cost one read per kilobyte instead of one per frame. */
 #define EXTRA_CHUNKS 3
 
+/* The compat object has no global functions taking pointers (Linux 5.12;
+ * 5.10: "Arg#0 type PTR in walk_user() is not supported yet"), and as
+ * static subprograms verified at each call the walks below pass the
+ * verifier's million instructions: there the kernel walks the user
+ * stack (bpf_get_stack, one read per frame), as for 32-bit processes. */
+#ifndef SPANPROF_COMPAT
 /* walk_snap follows the frame-pointer chain, like the kernel's
  * perf_callchain_user, through a copy of the stack (len bytes from base)
  * until a frame lies outside it. Global functions, this one and walk_mem,
@@ -392,6 +409,8 @@ __noinline long walk_user(struct stack_sample *s, struct stack_snap *snap, __u32
 	return pos.n < MAX_USER_FRAMES ? pos.n : MAX_USER_FRAMES;
 }
 
+#endif
+
 /* append_attrs copies the thread-context record's attributes into data
  * at word words, right after the frames, and returns the words used
  * then. Both the position and the length are bounded where they are used,
@@ -430,8 +449,10 @@ static __always_inline __u64 fill_stacks(void *ctx, struct stack_sample *s, stru
 	ua = data_at(fo, 0);
 	if (!s->user_ip)
 		n = 0; /* kernel thread */
+#ifndef SPANPROF_COMPAT
 	else if (MODE_USER_64(u->mode))
 		n = walk_user(s, u->snap, u->snap_len) * sizeof(__u64);
+#endif
 	else if (ua <= DATA_WORDS - MAX_USER_FRAMES) /* a 32-bit process: the kernel knows its frame layout */
 		n = bpf_get_stack(ctx, &s->data[ua], MAX_USER_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
 	else

@@ -113,7 +113,7 @@ static __always_inline void read_trace_context(struct stack_sample *s, struct ta
 		if (cfg->go_layout != GO_LABELS_NONE && read_go_labels(s, task, cfg))
 			return;
 	}
-	tc = bpf_task_storage_get(&task_trace_context, task, 0, 0);
+	tc = TASK_GET(&task_trace_context, task, (__u32)pid_tgid, 0);
 	if (tc && !is_zero_trace(tc->trace_id)) {
 		__builtin_memcpy(s->trace_id, tc->trace_id, sizeof(s->trace_id));
 		__builtin_memcpy(s->span_id, tc->span_id, sizeof(s->span_id));

@@ -6,7 +6,9 @@
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include "spanprof.h"
+#include "lib/compat.h"
 
 /* Window bytes wanted per process, by tgid, beyond the first chunk: written
  * by user space for processes whose stacks the window cut (a frameless
@@ -52,20 +54,24 @@ struct {
  * new_process_window for a file not sized yet. */
 static __always_inline __u32 new_window(void)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = CURRENT_TASK();
 	struct exe_key k = {};
 	struct mm_struct *mm;
+	struct super_block *sb;
+	struct inode *ino;
 	struct file *f;
 	__u32 *w;
 
-	mm = task->mm;
+	mm = TREAD(task, mm);
 	if (!mm)
 		return new_process_window;
-	f = mm->exe_file;
+	f = TREAD(mm, exe_file);
 	if (!f)
 		return new_process_window;
-	k.ino = f->f_inode->i_ino;
-	k.dev = f->f_inode->i_sb->s_dev;
+	ino = TREAD(f, f_inode);
+	k.ino = TREAD(ino, i_ino);
+	sb = TREAD(ino, i_sb);
+	k.dev = TREAD(sb, s_dev);
 	w = bpf_map_lookup_elem(&exe_windows, &k);
 	return w ? *w : new_process_window;
 }

@@ -110,6 +110,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	}
 	src := newFakeSource()
 	src.Counts["offcpu_samples"] = 1
+	src.Counts["task_hash_full"] = 0
 	cfg := testConfig("127.0.0.1:1")
 	cfg.MetricsListen = ""
 	cfg.OffCPU = true

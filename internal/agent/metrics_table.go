@@ -94,6 +94,8 @@ func counterKind(name string) (kind, reason string) {
 		return "taken", ""
 	case name == "offcpu_samples":
 		return "offcpu", ""
+	case name == "task_hash_full":
+		return "task_hash_full", ""
 	case strings.HasPrefix(name, "lost_"):
 		return "lost", strings.TrimPrefix(name, "lost_")
 	case strings.HasPrefix(name, "exit_"):
@@ -139,6 +141,8 @@ var metrics = []metric{
 		doc: "samples that never reached a profile: `ringbuf_full`, `queue_full` (user-space hand-off), `decode`, `proc_events`, `proc_events_queue_full` (process events, not samples), `offcpu_pending_full`, `offcpu_no_state`; the HELP text lists the reasons of the running sampler", reasons: byReason("lost")},
 	{name: "spanprof_sample_errors_total", kind: counter, labels: []string{"reason"}, help: "Samples kept with a part missing (stack or context read failed), by reason",
 		doc: "samples kept with a part missing: `user_stack_error`, `kernel_stack_error`, `stack_top_read_error`, `context_read_error`, `context_invalid`, `go_labels_error`, `context_attrs_read_error`, `node_context_walk_error`", reasons: byReason("error")},
+	{name: "spanprof_task_hash_full_total", kind: counter, help: "Times a thread found a per-thread hash map full (the compat object, on kernels without task storage for tracing programs: Linux 5.10): its span context set by uprobe, or its off-CPU cycle, was not kept.",
+		doc: "times a thread found a per-thread hash map of the compat object full (Linux 5.10, no task storage for tracing programs): its span context set through `spanprof_set_trace_context` or its off-CPU cycle was not kept (an off-CPU wait so lost is also `offcpu_no_state`); 0 with the default object", read: sampled("task_hash_full")},
 	{name: "spanprof_exit_mappings_missing_total", kind: counter, labels: []string{"reason"}, help: "Mappings of exited processes not captured at their exit, so their samples may keep unnamed frames, by reason",
 		doc: "mappings of exited processes not captured at their exit (their samples may keep unnamed library frames): `exit_maps_missed` (processes: no mm left, VMA iterator busy, ring full), `exit_vmas_dropped` (mappings past the record's room), `exit_maps_untracked` (processes: flag map full)", reasons: byReason("exit")},
 

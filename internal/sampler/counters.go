@@ -26,6 +26,7 @@ var counterNames = map[bpf.SamplerDropCounter]string{
 	bpf.SamplerDropCounterCNT_OFFCPU_SAMPLES:      "offcpu_samples",
 	bpf.SamplerDropCounterCNT_OFFCPU_PENDING_FULL: "lost_offcpu_pending_full",
 	bpf.SamplerDropCounterCNT_OFFCPU_STATE_ERR:    "lost_offcpu_no_state",
+	bpf.SamplerDropCounterCNT_TASK_HASH_FULL:      "task_hash_full",
 }
 
 // Counters returns the kernel counters summed over CPUs and the user-space

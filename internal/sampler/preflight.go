@@ -23,8 +23,8 @@ var ErrPrivileges = errors.New("spanprof needs root or CAP_BPF+CAP_PERFMON (and 
 // ErrNoBTF is returned when the kernel exposes no BTF.
 var ErrNoBTF = errors.New("kernel has no BTF (/sys/kernel/btf/vmlinux missing): spanprof needs a kernel built with CONFIG_DEBUG_INFO_BTF")
 
-// ErrKernelTooOld is returned for kernels before 5.15.
-var ErrKernelTooOld = errors.New("kernel too old: spanprof needs Linux 5.15 or later")
+// ErrKernelTooOld is returned for kernels before 5.10.
+var ErrKernelTooOld = errors.New("kernel too old: spanprof needs Linux 5.10 or later")
 
 func effectiveCaps() (uint64, error) {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -58,7 +58,7 @@ func Preflight() error {
 	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
-		if maj, min, ok := parseRelease(unix.ByteSliceToString(u.Release[:])); ok && (maj < 5 || maj == 5 && min < 15) {
+		if maj, min, ok := parseRelease(unix.ByteSliceToString(u.Release[:])); ok && (maj < 5 || maj == 5 && min < 10) {
 			return fmt.Errorf("%w (running %d.%d)", ErrKernelTooOld, maj, min)
 		}
 	}

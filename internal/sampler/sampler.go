@@ -68,6 +68,10 @@ type Options struct {
 	// process must be read before it is gone. The read travels inside the
 	// event (ProcEvent.Read) for the consumer to apply in stream order.
 	Exec ExecReader
+
+	// compat loads the compat object where the default one would do: the
+	// tests run it on the development machines' kernel.
+	compat bool
 }
 
 // Sampler owns the loaded programs and the ring-buffer reader.
@@ -87,6 +91,9 @@ type Sampler struct {
 	// ring holds then is all there will be, and Run ends after reading it.
 	detached atomic.Bool
 	offCPU   bool
+	// object is which sampler object is loaded: "default", or "compat"
+	// on kernels without what bpf/lib/compat.h stands in for.
+	object string
 	// exit captures the mappings of processes as they exit
 	// (bpf/exitmaps.bpf.c); nil when the kernel cannot run it.
 	exit       *bpf.ExitMapsObjects
@@ -144,11 +151,20 @@ func New(opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	_ = rlimit.RemoveMemlock() // only needed before 5.11; memcg accounting after
-	if err := checkFeatures(); err != nil {
+	kf, err := checkFeatures()
+	if err != nil {
 		return nil, err
 	}
-
-	spec, err := bpf.LoadSampler()
+	for _, d := range kf.degraded {
+		opts.Logger.Warn(d)
+	}
+	load, object := bpf.LoadSampler, "default"
+	if kf.compat || opts.compat {
+		// bpf/lib/compat.h: the same programs and maps by name, so it
+		// loads into the same objects.
+		load, object = bpf.LoadSamplerCompat, "compat"
+	}
+	spec, err := load()
 	if err != nil {
 		return nil, fmt.Errorf("load sampler spec: %w", err)
 	}
@@ -230,6 +246,7 @@ func New(opts Options) (*Sampler, error) {
 	}
 	s.freq = opts.Frequency
 	s.offCPU = opts.OffCPU.Enabled
+	s.object = object
 	s.reader, err = ringbuf.NewReader(s.objs.Samples)
 	if err != nil {
 		s.Close()
@@ -327,7 +344,13 @@ func ensureBPFFS(dir string) error {
 // programs reserved them in the ring. It is closed when Run returns.
 func (s *Sampler) Events() <-chan Event { return s.events }
 
-// TaskTraceContext is the task-storage map other programs can fill.
+// Object says which sampler object is loaded: "default", or "compat" on
+// kernels without task storage for tracing programs,
+// bpf_get_current_task_btf or bpf_task_pt_regs (bpf/lib/compat.h).
+func (s *Sampler) Object() string { return s.object }
+
+// TaskTraceContext is the task-storage map other programs can fill (a
+// hash by thread id in the compat object).
 func (s *Sampler) TaskTraceContext() *ebpf.Map { return s.objs.TaskTraceContext }
 
 // Close releases everything. Run returns once the reader is closed.

@@ -142,7 +142,11 @@ loop:
 // every feature they look for (6.18): none may report one missing.
 func TestCheckFeatures(t *testing.T) {
 	testutil.RequireRoot(t)
-	if err := checkFeatures(); err != nil {
+	kf, err := checkFeatures()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if kf.compat || len(kf.degraded) > 0 {
+		t.Fatalf("on this kernel: compat object %v, missing %q", kf.compat, kf.degraded)
 	}
 }

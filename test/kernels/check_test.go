@@ -174,6 +174,9 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	}
 	if r := c.results["patching"]; r != nil {
 		add("sched_switch attached and detached %s times in %s s", r["flips"], r["s"])
+		if r["runs"] != "1" {
+			add("%s/%s runs of the loop passed in %s s", r["passed"], r["runs"], r["total_s"])
+		}
 		if r["rc"] != "0" {
 			out, _ := os.ReadFile(c.path("flip.out"))
 			t.Errorf("%s: attaching and detaching a program on sched_switch failed (rc %s): %s", label, r["rc"], out)

@@ -28,16 +28,22 @@ func cacheDir() string {
 }
 
 // newestPackage returns the newest package of a series for an
-// architecture, running apt-get update once when apt knows none.
-func newestPackage(a arch, ser string) (string, error) {
-	pat, ok := series[ser]
+// architecture, running apt-get update once when apt knows none, and the
+// apt that knows it.
+func newestPackage(a arch, ser string) (string, apt, error) {
+	ks, ok := series[ser]
 	if !ok {
-		return "", fmt.Errorf("unknown kernel series %q (known: 6.1, 6.12)", ser)
+		return "", apt{}, fmt.Errorf("unknown kernel series %q", ser)
 	}
+	ap, err := aptFor(ks.suite)
+	if err != nil {
+		return "", apt{}, err
+	}
+	pat := ks.pattern
 	re := regexp.MustCompile(strings.ReplaceAll(pat, "FLAVOUR", regexp.QuoteMeta(a.flavour)))
 	prefix := strings.SplitN(strings.TrimPrefix(pat, "^"), `\.`, 2)[0] // linux-image-6
 	find := func() ([]string, error) {
-		out, err := exec.Command("apt-cache", "pkgnames", prefix).Output()
+		out, err := ap.command("apt-cache", "pkgnames", prefix).Output()
 		if err != nil {
 			return nil, fmt.Errorf("%w: apt-cache pkgnames: %v", errUnavailable, err)
 		}
@@ -51,19 +57,19 @@ func newestPackage(a arch, ser string) (string, error) {
 	}
 	names, err := find()
 	if err == nil && len(names) == 0 {
-		if out, err := exec.Command("apt-get", "update", "-qq").CombinedOutput(); err != nil {
-			return "", fmt.Errorf("%w: apt-get update: %v: %s", errUnavailable, err, out)
+		if out, err := ap.command("apt-get", "update", "-qq").CombinedOutput(); err != nil {
+			return "", apt{}, fmt.Errorf("%w: apt-get update: %v: %s", errUnavailable, err, out)
 		}
 		names, err = find()
 	}
 	if err != nil {
-		return "", err
+		return "", apt{}, err
 	}
 	if len(names) == 0 {
-		return "", fmt.Errorf("%w: apt knows no package matching %s", errUnavailable, re)
+		return "", apt{}, fmt.Errorf("%w: apt knows no package matching %s", errUnavailable, re)
 	}
 	slices.SortFunc(names, func(x, y string) int { return slices.Compare(numbers(x), numbers(y)) })
-	return names[len(names)-1], nil
+	return names[len(names)-1], ap, nil
 }
 
 var digits = regexp.MustCompile(`[0-9]+`)
@@ -81,7 +87,7 @@ func numbers(s string) []int {
 
 // download returns the cached .deb of pkg, fetching it with apt-get
 // download when it is not there yet.
-func download(a arch, pkg string) (string, error) {
+func download(ap apt, a arch, pkg string) (string, error) {
 	dir := cacheDir()
 	glob := func() string {
 		m, _ := filepath.Glob(filepath.Join(dir, pkg+"_*_"+a.dpkgArch+".deb"))
@@ -97,7 +103,7 @@ func download(a arch, pkg string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create cache %s: %w", dir, err)
 	}
-	cmd := exec.Command("apt-get", "download", "-qq", pkg+":"+a.dpkgArch)
+	cmd := ap.command("apt-get", "download", "-qq", pkg+":"+a.dpkgArch)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%w: apt-get download %s: %v: %s", errUnavailable, pkg, err, strings.TrimSpace(string(out)))

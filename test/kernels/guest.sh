@@ -6,6 +6,8 @@
 # "=== END name" (gzip, base64): the host test scores them.
 set -u
 : "${R:?}" "${W:?}"
+# The host test's settings for the run (guestEnv): STEPS, FLIP_RUNS.
+[ -f "$R/env" ] && . "$R/env"
 FREQ=${FREQ:-99}
 CORR_FREQ=${CORR_FREQ:-499}
 
@@ -124,11 +126,22 @@ correlation() {
 patching() {
 	( while :; do sleep 0.001; done ) >/dev/null 2>&1 &
 	b=$!
-	"$R/flip" ${FLIPS:-300} >"$W/flip.out" 2>&1
-	rc=$?
+	# FLIP_RUNS (SPANPROF_KERNEL_FLIP_RUNS) repeats the loop, a soak of
+	# the patching: each run is FLIPS attaches and detaches, the first
+	# failure ends it.
+	runs=${FLIP_RUNS:-1} i=0 passed=0 rc=0 t0=$(now)
+	: >"$W/flip.out"
+	while [ $i -lt $runs ]; do
+		i=$((i + 1))
+		"$R/flip" ${FLIPS:-300} >"$W/flip.run" 2>&1
+		rc=$?
+		sed "s/^/run $i: /" "$W/flip.run" >>"$W/flip.out"
+		[ $rc -ne 0 ] && break
+		passed=$((passed + 1))
+	done
 	kill $b; wait $b 2>/dev/null
 	emit flip.out "$W/flip.out"
-	result patching rc=$rc $(tail -n 1 "$W/flip.out")
+	result patching rc=$rc runs=$runs passed=$passed total_s=$(echo "$t0 $(now)" | awk '{print $2-$1}') $(tail -n 1 "$W/flip.run")
 }
 
 # Dynamic TLS in the eBPF reader: the workload dlopens its context library
@@ -337,15 +350,20 @@ watchdog() {
 result start kernel=$(uname -r) arch=$(uname -m) btf=$([ -e /sys/kernel/btf/vmlinux ] && echo 1 || echo 0)
 for step in ${STEPS:-patching insns helpers oncpu correlation dtvcorrelation gocorrelation offcpu execexit agent}; do
 	t0=$(now)
-	watchdog $step ${STEP_SECONDS:-240} &
+	secs=${STEP_SECONDS:-240}
+	[ $step = patching ] && secs=$((secs * ${FLIP_RUNS:-1}))
+	watchdog $step $secs &
 	wd=$!
 	$step
 	kill $wd 2>/dev/null
 	wait $wd 2>/dev/null
 	if [ -f "$W/watchdog-$step" ]; then
-		result stuck-$step seconds=${STEP_SECONDS:-240} ended=1
+		result stuck-$step seconds=$secs ended=1
 		emit watchdog-$step "$W/watchdog-$step"
 	fi
 	result time step=$step s=$(echo "$t0 $(now)" | awk '{print $2-$1}')
 done
+# The perf interrupt's cost as the kernel judged it: it lowers the
+# sample rate it allows when a sample takes too long, and throttles events.
+result perf max_sample_rate=$(cat /proc/sys/kernel/perf_event_max_sample_rate 2>/dev/null) lowered=$(dmesg 2>/dev/null | grep -c "interrupt took too long") throttled=$(dmesg 2>/dev/null | grep -c "perf.*throttl")
 result done

@@ -3,11 +3,14 @@
 // the same workload there as on the host kernel (guest.sh), and scores
 // what spanprof wrote against the fixtures' ground truth.
 //
-// SPANPROF_KERNELS picks the kernels, comma-separated: a series (6.1,
-// 6.12) for the host's architecture, ARCH/SERIES for another (arm64/6.12),
+// SPANPROF_KERNELS picks the kernels, comma-separated: a series (5.10,
+// 6.1, 6.12, 6.12+deb13) for the host's architecture, ARCH/SERIES for another (arm64/6.12),
 // and "host" for the running kernel without qemu. The default is every
 // series of every architecture in arches, and the host.
 // SPANPROF_KERNEL_TIMEOUT bounds one kernel's run (default 12m).
+// SPANPROF_KERNEL_STEPS and SPANPROF_KERNEL_FLIP_RUNS reach guest.sh
+// (guestEnv): the steps to run, and how many times the patching step's
+// loop runs.
 package kernels
 
 import (
@@ -129,11 +132,11 @@ func runTarget(t *testing.T, tg target, payloadDir string) {
 		}
 		c, err = runHost(ctx, payloadDir, out)
 	} else {
-		pkg, perr := newestPackage(tg.arch, tg.series)
+		pkg, ap, perr := newestPackage(tg.arch, tg.series)
 		if perr != nil {
 			skipOrFail(t, perr)
 		}
-		deb, derr := download(tg.arch, pkg)
+		deb, derr := download(ap, tg.arch, pkg)
 		if derr != nil {
 			skipOrFail(t, derr)
 		}
@@ -151,7 +154,7 @@ func runTarget(t *testing.T, tg target, payloadDir string) {
 			t.Fatalf("build initramfs: %v", err)
 		}
 		started = time.Now()
-		c, err = boot(ctx, tg.arch, kernel, initrd, out)
+		c, err = boot(ctx, tg.arch, series[tg.series].kernelArgs, kernel, initrd, out)
 	}
 	elapsed := time.Since(started)
 	if err != nil || c.result("done", "") == "" && c.results["done"] == nil {

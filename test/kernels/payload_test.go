@@ -81,8 +81,34 @@ func buildPayload(root string, a arch) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, "guest.sh"), guestScript, 0o755); err != nil {
 		return "", err
 	}
+	if err := os.WriteFile(filepath.Join(dir, "env"), guestEnv(), 0o644); err != nil {
+		return "", err
+	}
 	return dir, nil
 }
+
+// guestEnvVars are the host's settings guest.sh reads, by the variable it
+// reads them as: SPANPROF_KERNEL_STEPS picks steps (a failure then names
+// the others as not reported), SPANPROF_KERNEL_FLIP_RUNS repeats the
+// patching step's loop.
+var guestEnvVars = map[string]string{
+	"SPANPROF_KERNEL_STEPS":     "STEPS",
+	"SPANPROF_KERNEL_FLIP_RUNS": "FLIP_RUNS",
+}
+
+// guestEnv is the payload's env file, sourced by guest.sh: the settings
+// reach a guest booted from an initramfs and the host run alike.
+func guestEnv() []byte {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(guestEnvVars)) {
+		if v := os.Getenv(k); v != "" {
+			fmt.Fprintf(&b, "%s=%s\n", guestEnvVars[k], shellQuote(v))
+		}
+	}
+	return []byte(b.String())
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // payloadFiles lists the payload directory.
 func payloadFiles(dir string) payload {
@@ -109,7 +135,7 @@ func isUnavailable(err error) bool { return errors.Is(err, errUnavailable) }
 // foreignBusybox extracts bin/busybox of the architecture's busybox-static
 // package, downloaded to the kernel cache, next to the package.
 func foreignBusybox(a arch) (string, error) {
-	deb, err := download(a, a.busyboxPkg)
+	deb, err := download(apt{}, a, a.busyboxPkg)
 	if err != nil {
 		return "", err
 	}

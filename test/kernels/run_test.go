@@ -103,7 +103,7 @@ func (c *console) path(name string) string { return filepath.Join(c.dir, filepat
 // the timeout passes.
 // Shortly before the deadline, a guest still running has its virtual
 // CPUs' registers written to vcpus.txt in dir (qmpDump).
-func boot(ctx context.Context, a arch, kernel, initrd, dir string) (*console, error) {
+func boot(ctx context.Context, a arch, extraArgs, kernel, initrd, dir string) (*console, error) {
 	// A unix socket's path must be short: not under the test's directory.
 	qdir, err := os.MkdirTemp("", "qmp")
 	if err != nil {
@@ -115,7 +115,7 @@ func boot(ctx context.Context, a arch, kernel, initrd, dir string) (*console, er
 	args = append(args, "-m", "2G", "-smp", strconv.Itoa(guestCPUs), "-display", "none", "-monitor", "none",
 		"-qmp", "unix:"+sock+",server=on,wait=off", "-serial", "stdio", "-no-reboot",
 		"-kernel", kernel, "-initrd", initrd,
-		"-append", "console="+a.console+" panic=-1 quiet loglevel=1 rdinit=/init "+a.kernelArgs)
+		"-append", strings.TrimSpace("console="+a.console+" panic=-1 quiet loglevel=1 rdinit=/init "+a.kernelArgs+" "+extraArgs))
 	cmd := exec.CommandContext(ctx, a.qemu, args...)
 	done := make(chan struct{})
 	dumped := make(chan struct{})
