@@ -199,6 +199,13 @@ var metrics = []metric{
 			emit(float64(s.Symbols.Evicted-s.Symbols.Expired), "bound")
 			emit(float64(s.Symbols.Expired), "idle")
 		}},
+	{name: "spanprof_symbolize_samples_deferred_total", kind: counter, help: "Samples a report left for a later one because their stack needed a binary beyond the report's parse bound (symbolization.cache_mib/8 of new tables per report); counted once per report they waited. Their addresses are kept and named when the binary is parsed.",
+		doc:  "samples a report left for a later one because their stack needed a binary not parsed yet beyond the report's parse bound (an eighth of `symbolization.cache_mib` of new tables per report), counted once per report they waited: kept with their addresses, never named otherwise, and exported by the report that parses their binary (at most 6 reports later; the last report takes all)",
+		read: collected(func(s *pipeline.Stats) uint64 { return s.Collector.Deferred })},
+	{name: "spanprof_symbolize_samples_waiting", kind: gauge, help: "Samples kept now that waited for a binary's parse at the last report.",
+		read: one(func(s *pipeline.Stats) float64 { return float64(s.Collector.Waiting) })},
+	{name: "spanprof_symbolize_samples_forced_total", kind: counter, help: "Samples symbolized past the parse bound after their stack waited 6 reports.",
+		read: collected(func(s *pipeline.Stats) uint64 { return s.Collector.Forced })},
 	{name: "spanprof_symbolize_debug_files_total", kind: counter, help: "Separate debug files used.",
 		read: collected(func(s *pipeline.Stats) uint64 { return s.Symbols.DebugFiles })},
 	{name: "spanprof_symbolize_dwarf_loads_total", kind: counter, help: "Loads of DWARF section data: one per binary with DWARF, plus one per report that met a compile unit not seen since the data was released.",

@@ -146,6 +146,10 @@ func (o *Object) demangle(name string) string {
 	return d
 }
 
+// Size is the memory the object holds, as the cache's byte bound counts
+// it (size).
+func (o *Object) Size() int64 { return o.size() }
+
 // size estimates the memory the object holds, for the cache's byte bound:
 // symbol entries with their names, the Go function table and the DWARF
 // tables. The Go pclntab itself is shared (a gopclntab.Store) and counted there.
