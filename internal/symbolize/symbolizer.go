@@ -403,6 +403,9 @@ func (s *Symbolizer) Trim() {
 			continue
 		}
 		e.obj.dwarf.trim()
+		if e.obj.syms != nil {
+			e.obj.syms.dropPages()
+		}
 		n := e.obj.size()
 		s.bytes += n - e.size
 		e.size = n
