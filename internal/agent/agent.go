@@ -143,7 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The pipeline's loop, with a report every interval.
 	err := a.p.Run(ctx, pipeline.Hooks{
 		Every: a.cfg.Export.ReportInterval,
-		Tick:  func() bool { a.report(); return true },
+		Tick:  func() bool { a.report(false); return true },
 		Stopping: func() {
 			a.stopping.Store(true)
 			a.log.Info("stopping: sending the last profile", "deadline", a.cfg.Export.ShutdownTimeout)
@@ -152,7 +152,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if errors.Is(err, pipeline.ErrNotDrained) {
 		a.log.Warn("sampler not drained after 10s; reporting what was read")
 	}
-	a.report()
+	a.report(true)
 
 	flushCtx, cancel := context.WithTimeout(context.Background(), a.cfg.Export.ShutdownTimeout)
 	defer cancel()
@@ -186,10 +186,13 @@ const exitGrace = time.Second
 // with off-CPU sampling an interval has tens of thousands, and holding
 // them as profile samples too would double what a report needs at its
 // peak.
-func (a *Agent) report() {
+//
+// Stacks whose binary is beyond the report's parse bound wait for a later
+// report (Budget.ParseBytes); the last report (last) takes them all.
+func (a *Agent) report(last bool) {
 	t0 := time.Now()
 	agg := profile.NewAggregator()
-	prof := a.p.Emit(a.now(), agg.Add)
+	prof := a.p.Emit(a.now(), agg.Add, last)
 	a.m.buildDuration.Observe(time.Since(t0).Seconds())
 	a.p.ForgetExited(t0.Add(-exitGrace))
 	n := agg.Samples()

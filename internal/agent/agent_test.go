@@ -293,13 +293,13 @@ func TestAgentKeepsAnExitedProcessForLaterSamples(t *testing.T) {
 	_ = child.Process.Kill()
 	_ = child.Wait()
 	a.p.Handle(sampler.Event{Proc: &sampler.ProcEvent{PID: pid, Exit: true, Time: time.Now()}})
-	a.report()
+	a.report(false)
 	a.p.Handle(sampler.Event{Sample: testRecord(pid, time.Now())}) // a thread's, after the exit
 	if got := tracker.Get(pid).Exe; got != exe {
 		t.Errorf("after a report right after its exit, pid %d reads as %q, want the process that exited (%q)", pid, got, exe)
 	}
 	time.Sleep(exitGrace + 100*time.Millisecond)
-	a.report()
+	a.report(false)
 	if n := tracker.Len(); n != 0 {
 		t.Errorf("a report a grace after the exit left %d processes tracked, want none", n)
 	}

@@ -72,7 +72,7 @@ func TestReportSendsWhatTheProfileHolds(t *testing.T) {
 	for i := range goWait {
 		ref.Add(&goWait[i])
 	}
-	a.report()
+	a.report(false)
 	got := col.waitReceived(t, 1, 5*time.Second)
 	if len(got) != 1 {
 		t.Fatalf("%d batches sent, want 1", len(got))

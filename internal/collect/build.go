@@ -3,6 +3,7 @@ package collect
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spanprof/spanprof/internal/proc"
@@ -22,6 +23,14 @@ type builder struct {
 	refreshed map[uint32]bool
 	// missingLogged: a stack without its image was logged this batch.
 	missingLogged bool
+	// bound is the parse bound of this batch (Options.ParseBytes; 0:
+	// none), parsed the bytes of the objects it parsed so far, and
+	// anyParsed set once it parsed one. force lets the stack being
+	// symbolized parse past the bound; wait is set when one of its
+	// frames needs a binary left for a later batch.
+	bound, parsed int64
+	anyParsed     bool
+	force, wait   bool
 }
 
 // refreshAge is how long a live process's mappings are trusted before an
@@ -44,9 +53,10 @@ type addrKey struct {
 	addr     uint64
 }
 
-func newBuilder(opts Options) *builder {
+func newBuilder(opts Options, bound int64) *builder {
 	return &builder{
 		opts:     opts,
+		bound:    bound,
 		mappings: map[mapKey]*profile.Mapping{},
 		cache:    map[addrKey][]profile.Frame{},
 		kernel:   &profile.Mapping{Path: "[kernel.kallsyms]", Kernel: true},
@@ -56,8 +66,11 @@ func newBuilder(opts Options) *builder {
 }
 
 // emit symbolizes each distinct stack once, then hands every sample to
-// add, freeing each chunk once it is done.
-func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *profile.Profile {
+// add, freeing each chunk once it is done. With a parse bound (Options.ParseBytes), a
+// stack that needs a binary beyond it is not symbolized: its samples go
+// to requeue, together, instead of add.
+func (k *kept) emit(opts Options, bound int64, stats *Stats, add func(*profile.Sample),
+	requeue func(k *kept, id uint32, samples []sample)) *profile.Profile {
 	prof := &profile.Profile{
 		Start:     k.start,
 		End:       k.end,
@@ -66,23 +79,46 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 	}
 	// Symbolize first, while only the kept samples are live: reading
 	// debug info for the first time is a burst of garbage.
-	b := newBuilder(opts)
+	if requeue == nil {
+		bound = 0
+	}
+	b := newBuilder(opts, bound)
 	built := make([]builtStack, k.stacks.len())
 	var buf []uint64
+	waits := 0
 	for id := range built {
 		pid, image, kern, user := k.stacks.stack(uint32(id), &buf)
+		b.force, b.wait = k.waited[uint32(id)] >= MaxWaits, false
+		img, current := b.image(pid, image, stats)
+		frames, cut := b.frames(pid, img, current, kern, user)
+		if b.wait {
+			built[id] = builtStack{pid: pid, wait: true}
+			waits++
+			continue
+		}
 		if _, ok := prof.Processes[pid]; !ok {
 			prof.Processes[pid] = b.process(pid)
 		}
-		img, current := b.image(pid, image, stats)
-		frames, cut := b.frames(pid, img, current, kern, user)
 		trimmed := trimTracing(frames)
-		built[id] = builtStack{pid: pid, frames: frames, trimmed: trimmed, reason: WaitReason(trimmed), cut: cut}
+		built[id] = builtStack{pid: pid, frames: frames, trimmed: trimmed, reason: WaitReason(trimmed), cut: cut, forced: b.force && bound > 0}
+	}
+	// The samples of each waiting stack, together, in the order added.
+	var later map[uint32][]sample
+	if waits > 0 {
+		later = make(map[uint32][]sample, waits)
 	}
 	var s profile.Sample
 	for ci, chunk := range k.chunks {
 		for i := range chunk {
 			st := &built[chunk[i].stack]
+			if st.wait {
+				later[chunk[i].stack] = append(later[chunk[i].stack], chunk[i])
+				stats.Deferred++
+				continue
+			}
+			if st.forced {
+				stats.Forced++
+			}
 			if st.cut {
 				stats.StacksCut++
 			}
@@ -90,6 +126,18 @@ func (k *kept) emit(opts Options, stats *Stats, add func(*profile.Sample)) *prof
 			add(&s)
 		}
 		k.chunks[ci] = nil
+	}
+	if waits > 0 {
+		ids := make([]uint32, 0, len(later))
+		for id := range later {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			requeue(k, id, later[id])
+		}
+		opts.Logger.Debug("stacks wait for a binary's parse (parse bound of the report)",
+			"stacks", waits, "samples", stats.Deferred, "parsed_bytes", b.parsed, "bound", bound)
 	}
 	return prof
 }
@@ -104,6 +152,9 @@ type builtStack struct {
 	reason  string
 	// cut: the user stack ended at a return address in no code mapping.
 	cut bool
+	// wait: the stack needs a binary beyond the parse bound and waits
+	// for a later batch; forced: it went past the bound after MaxWaits.
+	wait, forced bool
 }
 
 // convert returns the profile's sample of r, whose stack is st.
@@ -218,7 +269,11 @@ func (b *builder) frames(pid uint32, p *proc.Process, current bool, kern, user [
 		if m == nil && i > 0 && !p.Partial && len(p.Mappings) > 0 && !b.perfMapped(p.PID, a) {
 			return out, true
 		}
-		out = append(out, b.userFrame(p, a)...)
+		fs := b.userFrame(p, a)
+		if b.wait {
+			return nil, false
+		}
+		out = append(out, fs...)
 	}
 	return out, false
 }
@@ -269,8 +324,20 @@ func (b *builder) userFrame(p *proc.Process, addr uint64) []profile.Frame {
 	case b.opts.Mode == symbolize.ModeNone:
 		fs = []profile.Frame{b.addressFrame(p, m, addr)}
 	default:
+		openPath := p.OpenPath(m)
+		fresh := b.bound > 0 && !b.opts.Symbolizer.Parsed(openPath)
+		if fresh && b.anyParsed && b.parsed >= b.bound && !b.force {
+			b.wait = true
+			return nil // not cached: a later batch names it
+		}
 		pm := b.mapping(p, m)
-		obj, err := b.opts.Symbolizer.Open(p.OpenPath(m), m.Path)
+		obj, err := b.opts.Symbolizer.Open(openPath, m.Path)
+		if fresh {
+			b.anyParsed = true
+			if obj != nil {
+				b.parsed += obj.Size()
+			}
+		}
 		if err != nil {
 			b.opts.Logger.Debug("open object", "path", m.Path, "pid", p.PID, "error", err)
 			fs = []profile.Frame{{Address: addr, Mapping: pm}}

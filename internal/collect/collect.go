@@ -117,7 +117,20 @@ type Options struct {
 	// grow the profile without bound; samples past it keep their ids but
 	// lose their attributes, counted in Stats.CtxAttrsCut.
 	MaxAttrSets int
+	// ParseBytes bounds the binaries an Emit parses: once the objects it
+	// parsed hold that many bytes (symbolize.Object.Size; the first parse
+	// of an Emit always goes ahead), a stack that needs a binary not parsed
+	// yet waits, with all its samples and their addresses, for a later
+	// Emit, and is symbolized then, never named otherwise (Stats.Deferred).
+	// A stack that waited MaxWaits Emits goes ahead regardless. This
+	// spreads over reports the parse of every binary a new agent meets
+	// at its first one. Zero bounds nothing; Build never defers.
+	ParseBytes int64
 }
+
+// MaxWaits is how many Emits a stack waits at most for its binary's parse
+// (Options.ParseBytes) before it is symbolized regardless.
+const MaxWaits = 6
 
 // DefaultWindowProbe watches a process's stacks for a second before its
 // window is sized: long enough for a service's usual paths to show, short
@@ -233,6 +246,13 @@ type Stats struct {
 	// sample holds its image, so this should stay 0; their user frames
 	// stay addresses, never another image's names.
 	ImagesMissing uint64
+	// Deferred counts the samples an Emit left for a later one because
+	// their stack needed a binary beyond its parse bound
+	// (Options.ParseBytes), once per Emit they waited; Forced the
+	// samples symbolized past the bound after MaxWaits.
+	Deferred, Forced uint64
+	// Waiting is the number of samples waiting now.
+	Waiting int
 }
 
 // Collector accumulates records. Add and Build may be called from
@@ -258,13 +278,18 @@ type Collector struct {
 	// held are the images the interval's samples name, by generation,
 	// each held once in the tracker (proc.Tracker.Hold) and released
 	// after the Build that symbolizes them.
-	held  map[uint32]bool
-	start time.Time
-	stats Stats
+	held map[uint32]bool
+	// waited is how many Emits a stack of the interval already waited
+	// (Options.ParseBytes), by stack id; nil when none did.
+	waited map[uint32]uint8
+	start  time.Time
+	stats  Stats
 	// windows are the stack windows of processes still running.
 	windows map[uint32]*window
 	// exeWindows are the windows given to executables (Options.ExeWindow).
 	exeWindows map[exeKey]uint32
+	// waiting counts the interval's samples that waited for a parse.
+	waiting int
 }
 
 // exeKey names an executable as the kernel does: dev_t and inode.
@@ -664,7 +689,9 @@ func (c *Collector) Trim() {
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stats
+	st := c.stats
+	st.Waiting = c.waiting
+	return st
 }
 
 // Prepare opens the object of every mapping the samples added so far
@@ -720,7 +747,7 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 	k := c.take(end)
 	samples := make([]profile.Sample, 0, k.n)
 	var st Stats
-	prof := k.emit(c.opts, &st, func(s *profile.Sample) { samples = append(samples, *s) })
+	prof := k.emit(c.opts, 0, &st, func(s *profile.Sample) { samples = append(samples, *s) }, nil)
 	k.release(c.opts.Tracker)
 	c.addStats(st)
 	prof.Samples = samples
@@ -731,13 +758,72 @@ func (c *Collector) Build(end time.Time) *profile.Profile {
 // profile.Aggregator), so that the interval's samples never exist in
 // profile form all at once: add gets every sample, in the order Build
 // gives, and must not keep the pointer. The profile returned has none.
+//
+// Stacks that need a binary beyond the parse bound (Options.ParseBytes)
+// are not in it: their samples are kept, as they were added, for the
+// next Emit or Build, whose profile starts at the earliest of them.
 func (c *Collector) Emit(end time.Time, add func(*profile.Sample)) *profile.Profile {
+	return c.emit(end, add, c.opts.ParseBytes)
+}
+
+// EmitAll is Emit without the parse bound: everything kept, waiting
+// samples included, is in the profile (an agent's last report).
+func (c *Collector) EmitAll(end time.Time, add func(*profile.Sample)) *profile.Profile {
+	return c.emit(end, add, 0)
+}
+
+func (c *Collector) emit(end time.Time, add func(*profile.Sample), bound int64) *profile.Profile {
 	var st Stats
 	k := c.take(end)
-	prof := k.emit(c.opts, &st, add)
+	prof := k.emit(c.opts, bound, &st, add, c.requeue)
 	k.release(c.opts.Tracker)
 	c.addStats(st)
 	return prof
+}
+
+// requeue keeps again, for the next interval, the samples of a stack of
+// k that waited for its binary's parse: the stack, thread name, reason
+// and attributes interned anew and the image held for the interval.
+func (c *Collector) requeue(k *kept, id uint32, samples []sample) {
+	var buf []uint64
+	pid, image, kern, user := k.stacks.stack(id, &buf)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if image != 0 && !c.held[image] {
+		p, _ := c.opts.Tracker.Image(image)
+		if p != nil && c.opts.Tracker.Hold(p) {
+			if c.held == nil {
+				c.held = map[uint32]bool{}
+			}
+			c.held[image] = true
+		} else {
+			image = 0 // counted as missing by the Build that meets it
+		}
+	}
+	nid := c.stacks.intern(pid, image, kern, user)
+	if c.waited == nil {
+		c.waited = map[uint32]uint8{}
+	}
+	c.waited[nid] = max(c.waited[nid], k.waited[id]+1)
+	for _, r := range samples {
+		r.stack = nid
+		r.comm = c.comms.intern(k.comms.list[r.comm])
+		if r.reason != 0 {
+			r.reason = uint16(c.reasons.intern(k.reasons.list[r.reason-1]) + 1)
+		}
+		if r.attrs != 0 {
+			r.attrs = c.internAttrs(pid, profile.Attrs(k.attrSets.list[r.attrs]))
+		}
+		if t := r.t.time(); !t.IsZero() && t.Before(c.start) {
+			c.start = t
+		}
+		if n := len(c.samples); n == 0 || len(c.samples[n-1]) == chunkSamples {
+			c.samples = append(c.samples, make([]sample, 0, chunkSamples))
+		}
+		c.samples[len(c.samples)-1] = append(c.samples[len(c.samples)-1], r)
+		c.n++
+		c.waiting++
+	}
 }
 
 // addStats adds what a Build counted.
@@ -746,6 +832,8 @@ func (c *Collector) addStats(st Stats) {
 	defer c.mu.Unlock()
 	c.stats.StacksCut += st.StacksCut
 	c.stats.ImagesMissing += st.ImagesMissing
+	c.stats.Deferred += st.Deferred
+	c.stats.Forced += st.Forced
 }
 
 // kept is what the collector kept over one interval.
@@ -758,6 +846,7 @@ type kept struct {
 	reasons    names
 	attrSets   names
 	held       map[uint32]bool
+	waited     map[uint32]uint8
 }
 
 // take hands over what was kept and starts afresh.
@@ -765,10 +854,10 @@ func (c *Collector) take(end time.Time) *kept {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := &kept{start: c.start, end: end, chunks: c.samples, n: c.n, stacks: c.stacks, comms: c.comms,
-		reasons: c.reasons, attrSets: c.attrSets, held: c.held}
+		reasons: c.reasons, attrSets: c.attrSets, held: c.held, waited: c.waited}
 	c.samples, c.n, c.stacks, c.comms, c.reasons, c.attrSets = nil, 0, stackTable{}, names{}, names{}, names{}
 	c.attrsCutLogged = false
-	c.held = nil
+	c.held, c.waited, c.waiting = nil, nil, 0
 	c.start = end
 	return k
 }

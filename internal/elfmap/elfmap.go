@@ -60,7 +60,11 @@ func Map(s *elf.Section) (m *Section, ok bool) {
 	// fill memory.
 	_ = syscall.Madvise(mem, syscall.MADV_RANDOM)
 	m = &Section{Data: mem[off-start:], mem: mem}
-	runtime.AddCleanup(m, func(mem []byte) { _ = syscall.Munmap(mem) }, mem)
+	mapped.Add(int64(len(mem)))
+	runtime.AddCleanup(m, func(mem []byte) {
+		_ = syscall.Munmap(mem)
+		mapped.Add(-int64(len(mem)))
+	}, mem)
 	return m, true
 }
 
@@ -72,6 +76,14 @@ func (m *Section) DropPages() {
 		_ = syscall.Madvise(m.mem, syscall.MADV_DONTNEED)
 	}
 }
+
+// mapped is the address space of the mappings not yet unmapped.
+var mapped atomic.Int64
+
+// MappedBytes reports the address space the mapped sections take now
+// (page-rounded), whatever holds them: what is resident of it is only
+// the pages touched since their last DropPages.
+func MappedBytes() int64 { return mapped.Load() }
 
 // faults counts the reads of a mapping that faulted (Recover).
 var faults atomic.Uint64

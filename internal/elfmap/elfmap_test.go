@@ -5,7 +5,9 @@ import (
 	"debug/elf"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 )
 
 // sink keeps touch's reads from being optimized away.
@@ -75,4 +77,40 @@ func TestMapReadsAndSurvivesTruncation(t *testing.T) {
 	if Faults() != before+1 {
 		t.Errorf("faults %d, want %d", Faults(), before+1)
 	}
+}
+
+// TestMappedBytesCountsUntilUnmapped maps a section and checks that
+// MappedBytes grows by at least its size, then falls by as much once the
+// Section is unreachable and its cleanup unmapped it.
+func TestMappedBytesCountsUntilUnmapped(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := f.Section(".text")
+	before := MappedBytes()
+	m, ok := Map(s)
+	if !ok {
+		t.Fatal("a section of a file on disk was not mapped")
+	}
+	peak := MappedBytes()
+	if got := peak - before; got < int64(s.FileSize) {
+		t.Fatalf("mapped bytes grew by %d, want at least the section's %d", got, s.FileSize)
+	}
+	runtime.KeepAlive(m)
+	m = nil
+	for range 50 {
+		runtime.GC()
+		// Other tests' mappings may go meanwhile: this one's must.
+		if MappedBytes() <= peak-int64(s.FileSize) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("mapped bytes %d after the section was collected, want at most %d", MappedBytes(), peak-int64(s.FileSize))
 }

@@ -225,7 +225,8 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	p.tables = tables
 	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.tracker, Logger: log,
 		Symbolizer: sym.Symbolizer, Mode: sym.Mode, PerfMaps: sym.JIT.Cache,
-		Leaf: &collect.CFILeafFixer{Tables: tables, ReadMemory: parts.ReadMemory}}
+		Leaf:       &collect.CFILeafFixer{Tables: tables, ReadMemory: parts.ReadMemory},
+		ParseBytes: cfg.Budget.ParseBytes()}
 	if parts.Kernel != nil {
 		opts.Kernel = parts.Kernel
 	} else if k, err := symbolize.LoadKallsyms("/proc/kallsyms"); err != nil {

@@ -89,9 +89,18 @@ func (p *Pipeline) Handled() uint64 { return p.handled.Load() }
 // once per interval (jit.Maps.Round), and DWARF section data loaded for
 // the interval goes (the tables built from it stay), as do the symbol and
 // unwind tables of binaries not seen for a while.
-func (p *Pipeline) Emit(end time.Time, add func(*profile.Sample)) *profile.Profile {
+//
+// A stack that needs a binary beyond the report's parse bound
+// (Budget.ParseBytes) waits for a later Emit; last takes everything (the
+// agent's last report).
+func (p *Pipeline) Emit(end time.Time, add func(*profile.Sample), last bool) *profile.Profile {
 	p.symbols.JIT.Round()
-	prof := p.collector.Emit(end, add)
+	var prof *profile.Profile
+	if last {
+		prof = p.collector.EmitAll(end, add)
+	} else {
+		prof = p.collector.Emit(end, add)
+	}
 	p.symbols.Symbolizer.Trim()
 	p.collector.Trim()
 	return prof

@@ -6,6 +6,7 @@ import (
 	"github.com/spanprof/spanprof/internal/collect"
 	"github.com/spanprof/spanprof/internal/correlate"
 	"github.com/spanprof/spanprof/internal/debuginfod"
+	"github.com/spanprof/spanprof/internal/elfmap"
 	"github.com/spanprof/spanprof/internal/gowait"
 	"github.com/spanprof/spanprof/internal/jvm"
 	"github.com/spanprof/spanprof/internal/perfmap"
@@ -38,6 +39,12 @@ type Stats struct {
 	// Symbols is the symbolizer's, SymbolBytes its cache's size.
 	Symbols     symbolize.Stats
 	SymbolBytes int64
+	// MappedBytes is the address space of the binaries' sections mapped
+	// rather than read (elfmap.MappedBytes: Go pclntabs, .eh_frame and
+	// .eh_frame_hdr, symbol tables while they are read), MappedFaults
+	// the reads of them that faulted (elfmap.Faults).
+	MappedBytes  int64
+	MappedFaults uint64
 	// Debuginfod is nil unless debuginfod servers are asked (Fetches).
 	Debuginfod *debuginfod.Stats
 	// PerfMaps are the JIT perf maps' counters, JVMs the requests to JVMs
@@ -66,8 +73,9 @@ func (p *Pipeline) Stats() Stats {
 		Retained:    p.retained.Load(),
 		Symbols:     p.symbols.Symbolizer.Stats(),
 		SymbolBytes: p.symbols.Symbolizer.Bytes(),
-		PerfMaps:    p.symbols.JIT.Cache.Stats(),
-		JVMs:        p.symbols.JIT.Stats(),
+		MappedBytes: elfmap.MappedBytes(), MappedFaults: elfmap.Faults(),
+		PerfMaps: p.symbols.JIT.Cache.Stats(),
+		JVMs:     p.symbols.JIT.Stats(),
 	}
 	st.Counters, st.CountersErr = p.source.Counters()
 	if d := p.symbols.Debuginfod; d != nil {

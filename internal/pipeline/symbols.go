@@ -70,6 +70,19 @@ func (b Budget) UnwindBytes() int64 {
 	return int64(b.CacheMiB) << 20 * UnwindShare / 8
 }
 
+// ParseShare is the part of CacheMiB, in eighths, that one report may
+// parse of binaries not parsed yet (collect.Options.ParseBytes): a stack
+// needing more waits, with its addresses, for a later report. A new
+// agent meets every binary of the node at its first report; parsed at
+// once, their tables and the garbage of reading them made its peak.
+const ParseShare = 1
+
+// ParseBytes is the parse bound of one report (ParseShare of CacheMiB);
+// 0, no bound, when CacheMiB is 0.
+func (b Budget) ParseBytes() int64 {
+	return int64(b.CacheMiB) << 20 * ParseShare / 8
+}
+
 // DefaultGCPercent is the GOGC both commands default to: their garbage
 // comes in a burst when a profile is built, on a small live heap, and 50
 // (Go's default is 100) keeps the peak lower for little CPU.

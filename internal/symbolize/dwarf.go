@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/spanprof/spanprof/internal/elfmap"
 )
 
 // noFile marks a line row that ends a sequence: addresses from there on
@@ -80,18 +82,29 @@ func dwarfSize(ef *elf.File) uint64 {
 // names, so they are neither decompressed nor held.
 var dwarfSections = []string{"abbrev", "info", "str", "line", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
 
-// sections is the decompressed data of dwarfSections, by name.
+// sections is the decompressed data of dwarfSections, by name. bytes
+// counts what is on the heap; the sections stored uncompressed are
+// mapped from the file instead (maps keeps the mappings, and the data
+// in m points into them), resident only in the pages touched, which
+// close releases.
 type sections struct {
 	m     map[string][]byte
 	bytes int
+	maps  []*elfmap.Section
 }
 
-// readSections reads dwarfSections of ef, decompressing them.
+// readSections reads dwarfSections of ef, mapping those stored as they
+// are and decompressing the others.
 func readSections(ef *elf.File) (*sections, error) {
 	secs := &sections{m: map[string][]byte{}}
 	for _, s := range ef.Sections {
 		name, ok := dwarfSectionOf(s)
 		if !ok {
+			continue
+		}
+		if m, ok := elfmap.Map(s); ok {
+			secs.m[name] = m.Data
+			secs.maps = append(secs.maps, m)
 			continue
 		}
 		b, err := s.Data()

@@ -231,7 +231,13 @@ func (m memSource) read(name string, off, n int) ([]byte, error) {
 
 func (m memSource) size(name string) int { return len(m.s.m[name]) }
 
-func (memSource) close() {}
+// close releases the touched pages of the mapped sections; the mappings
+// go with the last reference to the sections.
+func (m memSource) close() {
+	for _, s := range m.s.maps {
+		s.DropPages()
+	}
+}
 
 // errSectionRange: an offset or length in DWARF points outside its section.
 var errSectionRange = errors.New("outside the section")

@@ -115,14 +115,14 @@ func testGoSymtabNotKeptTwice(t *testing.T, exe string) {
 			want, _, _, ok := gt.lookup(pc)
 			if !ok {
 				outside++
-				want = s.name
+				want = full.name(s)
 				if r, ok := full.lookup(pc); ok {
-					want = r.name
+					want = full.name(r)
 				}
 			}
 			got, ok := o.Lookup(pc)
 			if !ok || got.Function != o.demangle(want) {
-				t.Fatalf("pc %#x (%s): got %q %v, want %q", pc, s.name, got.Function, ok, want)
+				t.Fatalf("pc %#x (%s): got %q %v, want %q", pc, full.name(s), got.Function, ok, want)
 			}
 		}
 	}

@@ -4,8 +4,11 @@ import (
 	"debug/elf"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/spanprof/spanprof/internal/elfmap"
 )
 
 // Object is one parsed ELF file, shared by every process that maps it.
@@ -85,22 +88,29 @@ func (o *Object) LookupInlined(vaddr uint64, dst []Symbol) []Symbol {
 		}
 	}
 	s, symOK := o.syms.lookup(vaddr)
+	var name string
+	if symOK {
+		// A name unreadable (its file truncated under the mapping)
+		// is no symbol.
+		name = o.syms.name(s)
+		symOK = name != ""
+	}
 	var locs []location
 	if o.dwarf != nil {
-		locs = o.dwarf.locations(vaddr)
+		locs = o.dwarfLocations(vaddr)
 	}
 	if len(locs) == 0 {
 		if !symOK {
 			return dst
 		}
-		return append(dst, Symbol{Function: o.demangle(s.name)})
+		return append(dst, Symbol{Function: o.demangle(name)})
 	}
 	outer := &locs[len(locs)-1]
 	switch {
 	case symOK:
 		// The symbol table names the physical function as every other
 		// tool shows it (demangled, with C++ parameters).
-		outer.function = o.demangle(s.name)
+		outer.function = o.demangle(name)
 	case outer.function == "":
 		return dst
 	}
@@ -112,6 +122,21 @@ func (o *Object) LookupInlined(vaddr uint64, dst []Symbol) []Symbol {
 		dst = append(dst, Symbol{Function: l.function, File: l.file, Line: l.line, Inlined: i < len(locs)-1})
 	}
 	return dst
+}
+
+// dwarfLocations is lazyDWARF.locations guarded: DWARF stored
+// uncompressed is read through a mapping of the file, and a file
+// truncated under it answers nothing (counted by elfmap.Faults) rather
+// than crash on SIGBUS.
+func (o *Object) dwarfLocations(vaddr uint64) (locs []location) {
+	ok := true
+	defer func() {
+		if !ok {
+			locs = nil
+		}
+	}()
+	defer elfmap.Recover(elfmap.Guard(), &ok)
+	return o.dwarf.locations(vaddr)
 }
 
 // Symbols appends to dst the call chain at runtime address addr of
@@ -146,15 +171,19 @@ func (o *Object) demangle(name string) string {
 	return d
 }
 
+// Size is the memory the object holds, as the cache's byte bound counts
+// it (size).
+func (o *Object) Size() int64 { return o.size() }
+
 // size estimates the memory the object holds, for the cache's byte bound:
 // symbol entries with their names, the Go function table and the DWARF
 // tables. The Go pclntab itself is shared (a gopclntab.Store) and counted there.
 func (o *Object) size() int64 {
 	n := int64(256 + len(o.progs)*80)
 	if o.syms != nil {
-		for _, s := range o.syms.syms {
-			n += 40 + int64(len(s.name))
-		}
+		// The names stay in the mapped string tables, but for the
+		// tables debug/elf read (heap).
+		n += int64(cap(o.syms.syms))*int64(unsafe.Sizeof(symbol{})) + int64(o.syms.heap)
 	}
 	if o.gotab != nil {
 		n += o.gotab.size()

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"sync/atomic"
 
+	"github.com/spanprof/spanprof/internal/elfmap"
 	"github.com/spanprof/spanprof/internal/gopclntab"
 )
 
@@ -121,7 +122,7 @@ func (s *Symbolizer) parse(ef *elf.File, st fileStat, id Identity, key, openPath
 	// Go binaries have file and line in the pclntab; their DWARF would
 	// only cost memory.
 	if o.gotab == nil && s.opts.Mode != ModeNone {
-		di, err := newLazyDWARF(dwarfFile, dwarfPath, dwarfStat, &s.stats,
+		di, err := guardedLazyDWARF(dwarfFile, dwarfPath, dwarfStat, &s.stats,
 			spillOptions{dir: s.opts.DWARFSpillDir, maxBytes: s.opts.DWARFSpillBytes})
 		if err != nil {
 			s.stats.dwarfErrors.Add(1)
@@ -184,4 +185,18 @@ func VerifyDebugFile(path, buildID string) error {
 		return fmt.Errorf("check %s: build ID %q, want %s: %w", path, got, buildID, ErrDebugBuildID)
 	}
 	return nil
+}
+
+// guardedLazyDWARF is newLazyDWARF with the reads of mapped sections
+// guarded: a file truncated under the mapping gives an error, counted by
+// elfmap.Faults, instead of SIGBUS.
+func guardedLazyDWARF(ef *elf.File, path string, st fileStat, stats *stats, spill spillOptions) (l *lazyDWARF, err error) {
+	ok := true
+	defer func() {
+		if !ok {
+			l, err = nil, errors.New("read DWARF: the file changed under its mapping")
+		}
+	}()
+	defer elfmap.Recover(elfmap.Guard(), &ok)
+	return newLazyDWARF(ef, path, st, stats, spill)
 }

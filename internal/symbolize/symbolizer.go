@@ -306,6 +306,36 @@ func (s *Symbolizer) Open(openPath, displayPath string) (*Object, error) {
 	return e.obj, nil
 }
 
+// Parsed reports whether Open of openPath would return without parsing:
+// the file version was seen and its object (or the error of its parse) is
+// cached, not being parsed, and waits for no debug file that arrived
+// since. A file that cannot be stat'ed is reported parsed: Open fails on
+// it at once. It neither parses nor changes what the cache keeps first,
+// so a caller bounding the parses of a batch (collect.Options.ParseBytes)
+// can leave a binary for a later batch.
+func (s *Symbolizer) Parsed(openPath string) bool {
+	st, err := statFile(openPath)
+	if err != nil {
+		return true
+	}
+	s.mu.Lock()
+	fid, ok := s.files.vals[st]
+	var e *objectEntry
+	if ok {
+		e, ok = s.objects.vals[fid.key]
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-e.done:
+	default:
+		return false
+	}
+	return !s.debugArrived(e)
+}
+
 // dropLocked accounts for an entry leaving the cache, idle or pushed out.
 func (s *Symbolizer) dropLocked(e *objectEntry, idle bool) {
 	if e.evicted {
@@ -373,6 +403,9 @@ func (s *Symbolizer) Trim() {
 			continue
 		}
 		e.obj.dwarf.trim()
+		if e.obj.syms != nil {
+			e.obj.syms.dropPages()
+		}
 		n := e.obj.size()
 		s.bytes += n - e.size
 		e.size = n

@@ -4,18 +4,26 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"math"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/spanprof/spanprof/internal/elfmap"
 )
 
-// symbol is one function of an ELF symbol table.
+// symbol is one function of an ELF symbol table. Its name is not
+// copied: it is the offset of the name in the string table of its source
+// (symtab.strs[src]), the file's own mapped .strtab or .dynstr, read at
+// lookup. 24 bytes a symbol, where a string of its own cost 40 and the
+// name's length again (a big C++ library's mangled names are a hundred
+// bytes each).
 type symbol struct {
 	addr, end uint64
-	name      string
+	name      uint32 // offset in strs[src]
+	src       uint8
 	rank      uint8 // higher wins among aliases at one address
 	label     bool  // STT_NOTYPE: code written in assembly without .type
 }
@@ -23,6 +31,35 @@ type symbol struct {
 // symtab is an address-sorted table of function symbols.
 type symtab struct {
 	syms []symbol
+	// strs are the string tables the symbols' names are in, by source:
+	// the mapping of a file's .strtab or .dynstr (maps keeps it, and
+	// dropPages releases its touched pages), or, for a table debug/elf
+	// had to read, a copy of the names kept (heap counts its bytes).
+	strs [][]byte
+	maps []*elfmap.Section
+	heap int
+}
+
+// name returns the name of s, without a version ("memcpy@@GLIBC_2.14").
+// A string table truncated under its mapping answers "" (counted by
+// elfmap.Faults), which the caller treats as no symbol.
+func (t *symtab) name(s symbol) (name string) {
+	defer elfmap.Recover(elfmap.Guard(), new(bool))
+	b := t.strs[s.src][s.name:]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	if i := bytes.IndexByte(b, '@'); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// dropPages releases the touched pages of the mapped string tables.
+func (t *symtab) dropPages() {
+	for _, m := range t.maps {
+		m.DropPages()
+	}
 }
 
 // maxOverlap bounds how many earlier symbols a lookup inspects when the
@@ -35,32 +72,53 @@ const maxOverlap = 4
 // files[0] is the binary, further files are its separate debug files.
 func newSymtab(files ...*elf.File) *symtab {
 	f := files[0]
+	t := &symtab{}
 	var syms []symbol
-	add := func(ff *elf.File, s elf.Symbol) {
+	add := func(ff *elf.File, s elf.Symbol, src uint8, off uint32) {
 		if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
 			return
 		}
-		// Debug files spell versioned symbols "name@@GLIBC_2.17".
-		name, _, _ := strings.Cut(s.Name, "@")
 		switch typ := elf.ST_TYPE(s.Info); {
 		case typ == elf.STT_FUNC || typ == elf.STT_GNU_IFUNC:
-			syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: name, rank: rankOf(s)})
+			syms = append(syms, symbol{addr: s.Value, end: s.Value + s.Size, name: off, src: src, rank: rankOf(s)})
 		case typ == elf.STT_NOTYPE && s.Size == 0 && codeLabel(ff, s):
-			syms = append(syms, symbol{addr: s.Value, end: s.Value, name: name, label: true})
+			syms = append(syms, symbol{addr: s.Value, end: s.Value, name: off, src: src, label: true})
 		}
 	}
 	for _, ff := range files {
 		for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-			if eachMappedSymbol(ff, typ, func(s elf.Symbol) { add(ff, s) }) {
+			if len(t.strs) >= 255 {
+				break
+			}
+			src := uint8(len(t.strs))
+			before := len(syms)
+			if strs, ok := eachMappedSymbol(ff, typ, func(s elf.Symbol, off uint32) { add(ff, s, src, off) }); ok {
+				t.strs = append(t.strs, strs.Data)
+				t.maps = append(t.maps, strs)
 				continue
 			}
+			// A read that faulted half-way: its symbols name a table
+			// not kept.
+			syms = syms[:before]
 			read := ff.Symbols
 			if typ == elf.SHT_DYNSYM {
 				read = ff.DynamicSymbols
 			}
 			if all, err := read(); err == nil {
+				// Copy the names of the symbols kept, each
+				// NUL-terminated, into one table of their own.
+				var names []byte
+				n := len(syms)
 				for _, s := range all {
-					add(ff, s)
+					add(ff, s, src, uint32(len(names)))
+					if len(syms) > n {
+						n = len(syms)
+						names = append(append(names, s.Name...), 0)
+					}
+				}
+				if len(names) > 0 {
+					t.strs = append(t.strs, slices.Clip(names))
+					t.heap += len(names)
 				}
 			}
 		}
@@ -105,20 +163,23 @@ func newSymtab(files ...*elf.File) *symtab {
 		}
 		out[i].end = end
 	}
-	return &symtab{syms: out}
+	t.syms = out
+	return t
 }
 
 // eachMappedSymbol calls fn with the symbols of ff's section of type typ
-// (.symtab or .dynsym) that may name code, read from mappings of the
-// section and its string table: elf.File.Symbols reads both onto the heap
-// and makes a string of every name, tens of MB at once for a big C++
-// library, where only the functions' names are kept. It returns false,
-// having called nothing, when ff has no such section or it cannot be
-// mapped (64-bit little-endian files from disk only); the caller reads
-// it then.
-func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) (mapped bool) {
+// (.symtab or .dynsym) that may name code, and the offset of each name in
+// the string table, read from mappings of the section and its string
+// table: elf.File.Symbols reads both onto the heap and makes a string of
+// every name, tens of MB at once for a big C++ library. The Name fn gets
+// is no copy: it points into the mapping, and is valid only during the
+// call. It returns the mapped string table, which the names stay in, and
+// true; false, having called nothing, when ff has no such section or it
+// cannot be mapped (64-bit little-endian files from disk only): the
+// caller reads it then.
+func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(s elf.Symbol, nameOff uint32)) (names *elfmap.Section, mapped bool) {
 	if ff.Class != elf.ELFCLASS64 || ff.Data != elf.ELFDATA2LSB {
-		return false
+		return nil, false
 	}
 	var sec *elf.Section
 	for _, s := range ff.Sections {
@@ -128,22 +189,25 @@ func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) (m
 		}
 	}
 	if sec == nil || int(sec.Link) <= 0 || int(sec.Link) >= len(ff.Sections) {
-		return false
+		return nil, false
 	}
 	symMap, ok := elfmap.Map(sec)
 	if !ok {
-		return false
+		return nil, false
 	}
 	strMap, ok := elfmap.Map(ff.Sections[sec.Link])
-	if !ok {
-		return false
+	if !ok || len(strMap.Data) > math.MaxUint32 {
+		return nil, false
 	}
 	defer func() {
-		// Release the pages at once; the mappings go with the GC.
+		// Release the pages at once; the symbols' mapping goes with
+		// the GC, the names' with the table that keeps it.
 		symMap.DropPages()
 		strMap.DropPages()
 		runtime.KeepAlive(symMap)
-		runtime.KeepAlive(strMap)
+		if !mapped {
+			names = nil
+		}
 	}()
 	// A file truncated under the mappings faults: the caller reads it.
 	defer elfmap.Recover(elfmap.Guard(), &mapped)
@@ -172,11 +236,11 @@ func eachMappedSymbol(ff *elf.File, typ elf.SectionType, fn func(elf.Symbol)) (m
 			continue
 		}
 		fn(elf.Symbol{
-			Name: string(strs[nameOff : nameOff+end]), Info: info, Other: e[5],
+			Name: unsafe.String(&strs[nameOff], end), Info: info, Other: e[5],
 			Section: shndx, Value: value, Size: binary.LittleEndian.Uint64(e[16:]),
-		})
+		}, uint32(nameOff))
 	}
-	return true
+	return strMap, true
 }
 
 // dropEvery is how many symbols eachMappedSymbol reads between releases

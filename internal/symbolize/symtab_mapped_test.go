@@ -3,6 +3,7 @@ package symbolize
 import (
 	"debug/elf"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -30,7 +31,17 @@ func TestMappedSymbolsMatchElf(t *testing.T) {
 					}
 				}
 			}
-			if !eachMappedSymbol(f, typ, func(s elf.Symbol) { got = append(got, s) }) {
+			strtab := names0(f, typ)
+			names, ok := eachMappedSymbol(f, typ, func(s elf.Symbol, off uint32) {
+				// Name points into the mapping: keep a copy, and check
+				// the offset names it.
+				if string(strtab[off:int(off)+len(s.Name)]) != s.Name {
+					t.Errorf("%s %v: offset %d does not name %q", path, typ, off, s.Name)
+				}
+				s.Name = strings.Clone(s.Name)
+				got = append(got, s)
+			})
+			if !ok || names == nil {
 				t.Fatalf("%s %v: not mapped", path, typ)
 			}
 			if !slices.Equal(got, want) || typ == elf.SHT_SYMTAB && len(want) == 0 {
@@ -38,4 +49,16 @@ func TestMappedSymbolsMatchElf(t *testing.T) {
 			}
 		}
 	}
+}
+
+// names0 is the string table of ff's section of type typ, read by
+// debug/elf.
+func names0(ff *elf.File, typ elf.SectionType) []byte {
+	for _, s := range ff.Sections {
+		if s.Type == typ {
+			b, _ := ff.Sections[s.Link].Data()
+			return b
+		}
+	}
+	return nil
 }
