@@ -265,13 +265,28 @@ func checkUnwind(t *testing.T, label string, c *console, add func(string, ...any
 		}
 		// One recording of both: its window cuts are judged against each
 		// compiler's samples, the stricter bound.
-		table, failures := truth.JudgeCases(label+" "+cc, truth.TallyCases(samples, byTID), nil, cuts)
+		table, failures := truth.JudgeCases(label+" "+cc, truth.TallyCasesTo(samples, byTID, threadEntry), nil, cuts)
 		t.Logf("%s: unwinding, %s build:\n%s", label, cc, table)
 		for _, f := range failures {
 			t.Errorf("%s: unwinding, %s build: %s", label, cc, f)
 		}
 		add("unwind %s: %d of %d cases judged failed", cc, len(failures), len(truth.UnwindCases))
 	}
+}
+
+// threadEntry tells a stack that reaches a thread's entry in the guest:
+// start_thread by name, or, since the cross toolchain's glibc the guest
+// runs (libc6-arm64-cross) has no symbol table and names none of its own
+// functions, the fixture's thread function (start_case, which
+// pthread_create was given) with exactly two frames of libc.so.6 under
+// it: start_thread's and clone3's child side.
+func threadEntry(frames []string) bool {
+	if truth.HasFunc(frames, truth.ThreadEntry) {
+		return true
+	}
+	const libc = "libc.so.6+0x"
+	n := len(frames)
+	return n >= 3 && frames[n-3] == "start_case" && strings.HasPrefix(frames[n-2], libc) && strings.HasPrefix(frames[n-1], libc)
 }
 
 // unwindArches are the guest architectures whose payload has the

@@ -46,7 +46,12 @@ type CaseTally struct {
 // Add counts one stack of v samples (on-CPU) or v blocked ns in events
 // waits (off-CPU) of the thread whose case function is fn.
 func (c *CaseTally) Add(offCPU bool, v int64, events int, frames []string, fn string) {
-	caller, entry := HasFunc(frames, fn), HasFunc(frames, ThreadEntry)
+	c.AddJudged(offCPU, v, events, HasFunc(frames, fn), HasFunc(frames, ThreadEntry))
+}
+
+// AddJudged is Add for a stack already judged: whether it holds the case
+// function (caller) and reaches the thread's entry.
+func (c *CaseTally) AddJudged(offCPU bool, v int64, events int, caller, entry bool) {
 	if offCPU {
 		c.Off += v
 		c.OffEvents += events
@@ -92,6 +97,12 @@ func ReadCaseThreads(path string) (map[string]string, error) {
 // samples by their count, off-CPU ones by their blocked time. Samples of
 // other threads (the join case's children, the main thread) are left out.
 func TallyCases(samples []Sample, byTID map[string]string) map[string]*CaseTally {
+	return TallyCasesTo(samples, byTID, func(frames []string) bool { return HasFunc(frames, ThreadEntry) })
+}
+
+// TallyCasesTo is TallyCases with the thread's entry told by entry: a
+// guest whose glibc has no symbol table names no start_thread.
+func TallyCasesTo(samples []Sample, byTID map[string]string, entry func(frames []string) bool) map[string]*CaseTally {
 	tallies := map[string]*CaseTally{}
 	for _, s := range samples {
 		name := byTID[s.Attrs["thread.id"]]
@@ -108,7 +119,7 @@ func TallyCases(samples []Sample, byTID map[string]string) map[string]*CaseTally
 		if s.Kind != "off_cpu" {
 			v = int64(len(s.Times))
 		}
-		tallies[name].Add(s.Kind == "off_cpu", v, len(s.Values), s.Frames, UnwindCases[name])
+		tallies[name].AddJudged(s.Kind == "off_cpu", v, len(s.Values), HasFunc(s.Frames, UnwindCases[name]), entry(s.Frames))
 	}
 	return tallies
 }
