@@ -15,7 +15,7 @@ OUT := out
 # (dpkg's arm64 architecture) for its kernel and busybox; the rest build
 # eBPF objects and fixtures.
 APT_PACKAGES := clang-19 llvm-19 libbpf-dev gcc g++ make binutils chromium debuginfod linux-perf \
-	qemu-system-x86 qemu-system-arm busybox-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+	qemu-system-x86 qemu-system-arm busybox-static gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross
 # Peers measured side by side by `make bench`, and glibc's debug file
 # (the agent case of many processes of one glibc executable symbolizes
 # libc from it, as on many debugging hosts).
@@ -39,7 +39,7 @@ build:
 
 deps:
 	@missing=""; \
-	for c in $(CLANG) chromium debuginfod perf g++ qemu-system-x86_64 qemu-system-aarch64 aarch64-linux-gnu-gcc; do \
+	for c in $(CLANG) chromium debuginfod perf g++ qemu-system-x86_64 qemu-system-aarch64 aarch64-linux-gnu-gcc aarch64-linux-gnu-g++; do \
 		command -v $$c >/dev/null || missing="$$missing $$c"; \
 	done; \
 	[ -f /usr/include/bpf/bpf_helpers.h ] || missing="$$missing libbpf-dev"; \

@@ -27,6 +27,7 @@ func reportStats(w io.Writer, st pipeline.Stats) {
 		fmt.Fprintf(w, "spanprof: %d pids were taken by a fork after their process exited; samples after the fork were symbolized against the new process\n", n)
 	}
 	reportExitMaps(w, st)
+	reportPAC(w, st)
 	if st.TraceContext != nil {
 		reportTraceContext(w, st)
 	}
@@ -48,6 +49,14 @@ func reportStats(w io.Writer, st pipeline.Stats) {
 	if c.PreExec > 0 {
 		fmt.Fprintf(w, "spanprof: %d %s taken while a process was starting a new program (exec); %d were named after the program it ran before\n",
 			c.PreExec, plural(int(c.PreExec), "sample was", "samples were"), c.PreExecAttributed)
+	}
+}
+
+// reportPAC says how many arm64 return addresses kept their
+// pointer-authentication code, where the mask was unknown.
+func reportPAC(w io.Writer, st pipeline.Stats) {
+	if n := st.Counters["pac_unstripped_frames"]; n > 0 {
+		fmt.Fprintf(w, "spanprof: %d user frames kept their pointer-authentication code: the kernel's mask could not be read (a warning at start said why)\n", n)
 	}
 }
 

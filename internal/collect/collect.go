@@ -41,10 +41,9 @@ var linkRegister = runtime.GOARCH == "arm64"
 
 // SizesWindows says whether the collector unwinds user stacks in the
 // window the kernel copies, and so sizes each process's window
-// (Options.StackWindow): on x86-64. On arm64 it takes a leaf's caller from
-// the link register, and a sampler copying a process with no size with a
-// wide window (sampler.Options.NewProcessWindow) would do so for good.
-var SizesWindows = !linkRegister
+// (Options.StackWindow): on x86-64 and arm64 alike, where the walk takes
+// the sampled frame's caller from the link register where its rules say.
+var SizesWindows = true
 
 // StackUnwinder is a LeafFixer that unwinds whole user stacks: frames
 // without a frame pointer by their CFA rules in the record's stack window,
@@ -449,7 +448,7 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 	if c.opts.Leaf == nil || len(user) == 0 || r.UserSP == 0 || len(r.StackTop) == 0 && !linkRegister {
 		return user, nil, false
 	}
-	if u, ok := c.opts.Leaf.(StackUnwinder); ok && !linkRegister {
+	if u, ok := c.opts.Leaf.(StackUnwinder); ok && len(r.StackTop) > 0 {
 		frames, wr := u.Unwind(p, r, nil)
 		c.sizeWindow(p, r.PID, r.Time, wr)
 		return frames, &wr, wr.CFIFrames > 0 && !slices.Equal(frames, user)

@@ -32,6 +32,9 @@ type CFILeafFixer struct {
 	// of JIT regions; nil reads /proc/PID/mem. A replay (test/replay)
 	// reads the code it recorded.
 	ReadMemory MemoryReader
+	// PACMask holds the pointer-authentication bits of arm64 return
+	// addresses (unwind.Stack.PACMask).
+	PACMask uint64
 
 	mu       sync.Mutex
 	seedInit sync.Once
@@ -298,7 +301,8 @@ func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) 
 		f.jitRules[k] = jr
 		return jr.r, jr.ok
 	}
-	s := unwind.Stack{IP: r.UserIP, SP: r.UserSP, FP: r.UserBP, Window: r.StackTop, Chain: chain}
+	s := unwind.Stack{IP: r.UserIP, SP: r.UserSP, FP: r.UserBP, Window: r.StackTop, Chain: chain,
+		LinkRegister: linkRegister, LR: r.UserLR, PACMask: f.PACMask}
 	if decodeJIT {
 		s.JITRule = jitRule
 	}

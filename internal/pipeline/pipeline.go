@@ -103,6 +103,10 @@ type Parts struct {
 	// (test/replay) gives recorded ones.
 	ProcRoot   string
 	ReadMemory collect.MemoryReader
+	// PACMask is the pointer-authentication bits of arm64 return
+	// addresses, cleared from those the unwinder reads in the stack
+	// window (the sampler's, which clears them from the kernel's chain).
+	PACMask uint64
 }
 
 // Pipeline is one tracker, symbolization, collector, trace-context
@@ -169,7 +173,7 @@ func Open(cfg Config) (*Pipeline, error) {
 	watch := correlate.New(s, correlate.GoLabels(), log)
 	// The scan of a new process takes the tracker's read of it.
 	watch.ShareReads(tracker)
-	p, err := New(cfg, s, Parts{Tracker: tracker, Correlator: watch})
+	p, err := New(cfg, s, Parts{Tracker: tracker, Correlator: watch, PACMask: s.PACMask()})
 	if err != nil {
 		s.Close()
 		tracker.Close()
@@ -225,7 +229,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 	p.tables = tables
 	opts := collect.Options{Frequency: cfg.Frequency, Tracker: p.tracker, Logger: log,
 		Symbolizer: sym.Symbolizer, Mode: sym.Mode, PerfMaps: sym.JIT.Cache,
-		Leaf:       &collect.CFILeafFixer{Tables: tables, ReadMemory: parts.ReadMemory},
+		Leaf:       &collect.CFILeafFixer{Tables: tables, ReadMemory: parts.ReadMemory, PACMask: parts.PACMask},
 		ParseBytes: cfg.Budget.ParseBytes()}
 	if parts.Kernel != nil {
 		opts.Kernel = parts.Kernel

@@ -37,6 +37,9 @@ func (s *Sampler) Counters() (map[string]uint64, error) {
 	out := map[string]uint64{
 		"lost_queue_full": s.queueDrops.Load(),
 		"lost_decode":     s.decodeDrops.Load(),
+		// User return addresses left signed: the machine signs them and
+		// the mask could not be read (readPACMask).
+		"pac_unstripped_frames": s.dec.pacUnstripped.Load(),
 		// Not samples, but named as the kernel's lost_proc_events: execs
 		// and exits the consumer never saw, whose processes' samples may
 		// then be placed in the image before.

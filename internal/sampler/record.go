@@ -3,6 +3,7 @@ package sampler
 import (
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -208,6 +209,13 @@ type decoder struct {
 	// comms interns thread names: a few distinct names make up nearly all
 	// records, so a record's Comm costs a map lookup, not an allocation.
 	comms map[[16]int8]string
+	// pacMask is cleared from the user frames (readPACMask); pacUnknown
+	// says the machine signs return addresses but the mask could not be
+	// read, and pacUnstripped counts the user frames left with bits above
+	// a 48-bit address space then.
+	pacMask       uint64
+	pacUnknown    bool
+	pacUnstripped atomic.Uint64
 }
 
 // maxComms bounds the interned names; past it the table starts afresh.
@@ -297,6 +305,9 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 		for i := range nu + nk {
 			all[i] = binary.LittleEndian.Uint64(raw[at+8*i:])
 		}
+		if d.pacMask != 0 || d.pacUnknown {
+			d.stripPAC(all[:nu])
+		}
 		if nu > 0 {
 			r.UserStack = all[:nu:nu]
 		}
@@ -356,4 +367,19 @@ func (d *decoder) procEvent(raw []byte) *ProcEvent {
 	pe.Image = img
 	pe.execMM = e.ExecMm
 	return pe
+}
+
+// stripPAC clears the pointer-authentication bits from user frames, or,
+// without the mask, counts the frames that carry bits above a 48-bit
+// address space.
+func (d *decoder) stripPAC(frames []uint64) {
+	for i := range frames {
+		if d.pacUnknown {
+			if frames[i]>>48 != 0 {
+				d.pacUnstripped.Add(1)
+			}
+			continue
+		}
+		frames[i] &^= d.pacMask
+	}
 }

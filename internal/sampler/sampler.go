@@ -213,6 +213,14 @@ func New(opts Options) (*Sampler, error) {
 
 		filterPIDs: len(opts.PIDs) > 0,
 	}
+	switch mask, err := readPACMask(); {
+	case err == nil:
+		s.dec.pacMask = mask
+		opts.Logger.Debug("pointer authentication", "mask", fmt.Sprintf("%#x", mask))
+	case !errors.Is(err, errNoPAC):
+		s.dec.pacUnknown = true
+		opts.Logger.Warn("return addresses signed by pointer authentication keep their code: stacks through them end there (counted as pac_unstripped_frames)", "error", err)
+	}
 	err = spec.LoadAndAssign(&s.objs, collOpts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		// Something else is pinned at our path: run unpinned rather than
@@ -448,3 +456,7 @@ func (s *Sampler) attachUprobe(path, sym string, prog *ebpf.Program, off uint64)
 	s.mu.Unlock()
 	return nil
 }
+
+// PACMask returns the pointer-authentication bits the decoder clears from
+// user return addresses (arm64; 0 elsewhere or where they are unknown).
+func (s *Sampler) PACMask() uint64 { return s.dec.pacMask }

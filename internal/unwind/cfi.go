@@ -197,6 +197,9 @@ type state struct {
 	fp      FPSave
 	fpOff   int64
 	raUndef bool
+	// ra and raOff: where the return address is (Arch.LR).
+	ra    RASave
+	raOff int64
 	// plt is the PLT rule's threshold (pltExpression), 0 for none.
 	plt uint8
 }
@@ -214,6 +217,12 @@ func (s state) rule(a Arch) Rule {
 	if s.fp == FPAtCFA {
 		r.FPOffset = s.fpOff
 	}
+	if a.LR {
+		r.RA = s.ra
+		if s.ra == RAAtCFA {
+			r.RAOffset = s.raOff
+		}
+	}
 	return r
 }
 
@@ -230,6 +239,17 @@ func (s *state) setReg(a Arch, reg uint64, how FPSave, off int64, undefined bool
 		}
 	case a.RA:
 		s.raUndef = undefined
+		if a.LR {
+			// The register rule of the link register is the return
+			// address's: FPAtCFA saved, FPSame still in x30.
+			s.ra, s.raOff = RALost, 0
+			switch {
+			case how == FPAtCFA:
+				s.ra, s.raOff = RAAtCFA, off
+			case how == FPSame && !undefined:
+				s.ra = RAInLR
+			}
+		}
 	}
 }
 
@@ -256,7 +276,7 @@ func execute(a Arch, c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 		case a.FP:
 			cur.fp, cur.fpOff = initial.fp, initial.fpOff
 		case a.RA:
-			cur.raUndef = initial.raUndef
+			cur.raUndef, cur.ra, cur.raOff = initial.raUndef, initial.ra, initial.raOff
 		}
 	}
 	emit := func() {
@@ -326,6 +346,13 @@ func execute(a Arch, c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 				emit()
 			case 0x2e: // GNU_args_size
 				r.uleb()
+			case 0x2d: // AArch64: negate_ra_state (SPARC's GNU_window_save)
+				if !a.LR {
+					return fmt.Errorf("call frame instruction %#x: %w", op, errCFI)
+				}
+				// The return address is signed from here on, or no
+				// longer: the walk strips the authentication code of
+				// every return address (Stack.PACMask) either way.
 			case 0x0a: // remember_state
 				stack = append(stack, cur)
 			case 0x0b: // restore_state
@@ -376,6 +403,11 @@ func execute(a Arch, c *cie, fdeInsns []byte, start uint64) ([]row, error) {
 			}
 		}
 		return r.err
+	}
+	if a.LR {
+		// DWARF's default for a callee-saved register, x30 included:
+		// until a rule says otherwise the return address is in it.
+		cur.ra = RAInLR
 	}
 	if err := run(c.initial); err != nil {
 		return nil, fmt.Errorf("run CIE instructions: %w", err)

@@ -13,6 +13,16 @@ type Stack struct {
 	// the return address it read at f(i-1)+8, where f(0) is FP and f(i)
 	// the word at f(i-1).
 	Chain []uint64
+	// LinkRegister: the stack is arm64's, whose sampled frame may keep
+	// its return address in LR (x30) rather than in memory, where its
+	// rules say so (Rule.RA).
+	LinkRegister bool
+	LR           uint64
+	// PACMask holds the bits of a return address that pointer
+	// authentication uses (arm64, the kernel's NT_ARM_PAC_MASK): they are
+	// cleared from every return address the walk reads. Chain is
+	// stripped already.
+	PACMask uint64
 	// JITRule, when set, returns the rule of JIT code at pc (a return
 	// address, or IP) read from its instructions (EpilogueRule), ok false
 	// when they are not a straight run to a return or cannot be read.
@@ -105,7 +115,7 @@ type Lookup func(pc uint64) Rule
 // is guessed: the walk stops where a rule or the bytes it needs are
 // missing, and Result says why.
 func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64, res Result) {
-	w := walker{s: s}
+	w := walker{s: s, lr: s.LinkRegister}
 	w.chainFrames()
 	w.needed = 0 // the chain's frames are the kernel's; only the walk's reads count
 	defer func() {
@@ -149,7 +159,7 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 			// The kernel walked from this frame pointer: its next return
 			// address is this frame's.
 			var ok bool
-			if ra, ok = w.chainStep(&at, &sp, &fp, &spOK, &fpOK); !ok {
+			if ra, ok = w.chainStep(&at, &sp, &fp, &spOK, &fpOK, r.Offset); !ok {
 				res.Stop = StopChainEnd
 				return frames, res
 			}
@@ -181,7 +191,11 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 			}
 			cfa := base + uint64(r.Offset)
 			var got bool
-			if ra, got = w.word(cfa - 8); !got {
+			switch ra, got = w.returnAddress(r, cfa, sp, spOK); {
+			case !got && w.lost:
+				res.Stop = StopBadRule
+				return frames, res
+			case !got:
 				res.Stop = w.cut(at, fromChain, w.inWindow(base))
 				return frames, res
 			}
@@ -210,9 +224,15 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 		case at >= 0:
 			// No rule: code without tables (JIT code, a stripped
 			// binary); the kernel's walk is all there is, as without
-			// this unwinder.
+			// this unwinder. Its frame is x86-64's push rbp; mov rsp,
+			// rbp; an arm64 frame record says nothing of the frame's
+			// size.
+			off := int64(16)
+			if s.LinkRegister {
+				off = -1
+			}
 			var ok bool
-			if ra, ok = w.chainStep(&at, &sp, &fp, &spOK, &fpOK); !ok {
+			if ra, ok = w.chainStep(&at, &sp, &fp, &spOK, &fpOK, off); !ok {
 				res.Stop = StopNoInfo
 				return frames, res
 			}
@@ -238,7 +258,10 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 			res.Stop = StopNoInfo
 			return frames, res
 		}
-		if ra == 0 {
+		// The link register holds the sampled frame's return address
+		// only: the next frame's is where its rules say.
+		w.lr = false
+		if ra &^= s.PACMask; ra == 0 {
 			res.Stop = StopOutermost
 			return frames, res
 		}
@@ -250,16 +273,16 @@ func Walk(s Stack, lookup Lookup, dst []uint64, maxFrames int) (frames []uint64,
 
 // chainStep takes the next frame from the kernel's chain: the return
 // address it read from the frame at position at, whose frame pointer fp
-// gives the caller's stack pointer (when the window showed fp) and whose
-// saved frame pointer the next position's. It returns false at the
-// chain's end.
-func (w *walker) chainStep(at *int, sp, fp *uint64, spOK, fpOK *bool) (uint64, bool) {
+// gives the caller's stack pointer, fp+cfa, when the window showed fp and
+// the frame's size is known (cfa ≥ 0), and whose saved frame pointer the
+// next position's. It returns false at the chain's end.
+func (w *walker) chainStep(at *int, sp, fp *uint64, spOK, fpOK *bool, cfa int64) (uint64, bool) {
 	if *at+1 >= len(w.s.Chain) {
 		return 0, false
 	}
 	ra := w.s.Chain[*at+1]
-	if *spOK = *fpOK; *spOK {
-		*sp = *fp + 16
+	if *spOK = *fpOK && cfa >= 0; *spOK {
+		*sp = *fp + uint64(cfa)
 	}
 	*at++
 	*fp, *fpOK = w.chainFP(*at)
@@ -288,6 +311,7 @@ func (w *walker) link(sp, fp *uint64, at *int, spOK bool, lookup Lookup) (uint64
 	if !ok1 || !ok2 {
 		return 0, StopWindow
 	}
+	ra &^= w.s.PACMask
 	if ra == 0 {
 		return 0, StopBadLink
 	}
@@ -318,10 +342,42 @@ func (w *walker) cut(at int, fromChain, spIn bool) Stop {
 	return StopWindow
 }
 
-// standardFrame reports whether r is the frame every compiler's
-// "push rbp; mov rsp, rbp" sets up, the one the kernel's walk assumes.
+// standardFrame reports whether r is the frame the kernel's walk assumes:
+// on x86-64 the one every compiler's "push rbp; mov rsp, rbp" sets up; on
+// arm64 a frame record {x29, x30} at x29, wherever the frame's CFA is
+// (gcc keeps the record at the bottom of the frame, clang at the top).
 func standardFrame(r Rule) bool {
-	return r.Offset == 16 && r.FP == FPAtCFA && r.FPOffset == -16
+	if r.RA == RABelowCFA {
+		return r.Offset == 16 && r.FP == FPAtCFA && r.FPOffset == -16
+	}
+	return r.FP == FPAtCFA && r.FPOffset == -r.Offset && r.RA == RAAtCFA && r.RAOffset == r.FPOffset+8
+}
+
+// returnAddress reads the return address of a frame whose CFA is cfa by
+// rule r: the word under the CFA on x86-64; on arm64 its save slot, or the
+// link register in the sampled frame before the slot is written or after
+// it was loaded again (a slot below the stack pointer, sp, is an
+// epilogue's). ok false with w.lost set: the rule says the return address
+// is nowhere the walk can read (the link register of a frame other than
+// the sampled one, another register).
+func (w *walker) returnAddress(r Rule, cfa, sp uint64, spOK bool) (ra uint64, ok bool) {
+	w.lost = false
+	switch r.RA {
+	case RABelowCFA:
+		return w.word(cfa - 8)
+	case RAAtCFA:
+		slot := cfa + uint64(r.RAOffset)
+		if w.lr && spOK && slot < sp {
+			return w.s.LR, true
+		}
+		return w.word(slot)
+	case RAInLR:
+		if w.lr {
+			return w.s.LR, true
+		}
+	}
+	w.lost = true
+	return 0, false
 }
 
 // maxChainFrames bounds the frame addresses of the chain a walk
@@ -344,6 +400,10 @@ type walker struct {
 	// entryFrom is needed when the walk went on into the entry code under
 	// the kernel's last frame, beyond the first window; -1 before.
 	entryFrom int64
+	// lr: the link register still holds the return address of the frame
+	// being unwound (arm64, the sampled frame); lost: returnAddress found
+	// none by its rule.
+	lr, lost bool
 }
 
 // inWindow reports whether addr lies inside the window.
@@ -375,7 +435,7 @@ func (w *walker) chainFrames() {
 		f := w.fps[i-1]
 		ra, ok1 := w.word(f + 8)
 		next, ok2 := w.word(f)
-		if !ok1 || !ok2 || ra != w.s.Chain[i] {
+		if !ok1 || !ok2 || ra&^w.s.PACMask != w.s.Chain[i] {
 			return
 		}
 		w.fps[i], w.nfps = next, i+1

@@ -44,6 +44,25 @@ const (
 	FPLost
 )
 
+// RASave says where the return address is while a function runs, on an
+// architecture with a link register (Arch.LR).
+type RASave uint8
+
+const (
+	// RABelowCFA: the word under the CFA, where a call pushed it
+	// (x86-64). Every rule of an architecture without a link register
+	// says this.
+	RABelowCFA RASave = iota
+	// RAInLR: still in the link register (x30), not stored yet or
+	// restored already: a leaf, a prologue before the frame record's
+	// store, an epilogue after its load.
+	RAInLR
+	// RAAtCFA: saved in the word at CFA+Rule.RAOffset.
+	RAAtCFA
+	// RALost: in another register or behind an expression.
+	RALost
+)
+
 // Rule is the unwind rule at one address: how the CFA is computed, where
 // the caller's frame pointer is, and whether this is the outermost frame.
 type Rule struct {
@@ -52,6 +71,10 @@ type Rule struct {
 	// FP and FPOffset say where the caller's frame pointer is.
 	FP       FPSave
 	FPOffset int64
+	// RA and RAOffset say where the return address is (arm64; the
+	// zero value, RABelowCFA, on x86-64).
+	RA       RASave
+	RAOffset int64
 	// Outermost: the return address is undefined (DW_CFA_undefined of
 	// the return-address column), which marks the first frame of a stack
 	// (_start, the child side of clone3): the walk ends there cleanly.
@@ -130,9 +153,9 @@ func RecoverCaller(rule Rule, sp uint64, stackCopy []byte) (ra uint64, ok bool) 
 // (a leaf that does not touch sp, a function at its first instruction or
 // past its epilogue): x30 still holds the return address. Any other rule
 // says nothing about where the return address is, so no frame is guessed.
-// Go's pclntab rules follow amd64's layout and are never SP+0.
+// Go's pclntab rules are not read on arm64 (they follow amd64's layout).
 func RecoverCallerLR(rule Rule, lr uint64) (ra uint64, ok bool) {
-	if rule.Kind != SPOffset || rule.Offset != 0 || lr == 0 {
+	if rule.Kind != SPOffset || rule.Offset != 0 || rule.RA != RAInLR || lr == 0 {
 		return 0, false
 	}
 	return lr, true

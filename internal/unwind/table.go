@@ -53,14 +53,19 @@ func newTable(f *elf.File, pclntab func() (*gopclntab.Table, error)) (*Table, er
 	t := &Table{funcs: map[uint64][]row{}}
 	isGo := false
 	if p, err := pclntab(); err == nil {
-		g, err := newGoFrames(p)
-		if err != nil {
-			return nil, err
-		}
-		t.sources = append(t.sources, g)
+		isGo = true
 		t.size += p.Size()
 		t.pcln = p
-		isGo = true
+		// The SP-delta rules follow amd64's prologue (goFrames.rows):
+		// elsewhere Go's frames are the kernel's chain of frame records,
+		// as without rules.
+		if f.Machine == elf.EM_X86_64 {
+			g, err := newGoFrames(p)
+			if err != nil {
+				return nil, err
+			}
+			t.sources = append(t.sources, g)
+		}
 	} else if !errors.Is(err, gopclntab.ErrNotFound) {
 		return nil, err
 	}

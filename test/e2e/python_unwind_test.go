@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/spanprof/spanprof/internal/testutil"
+	"github.com/spanprof/spanprof/test/truth"
 )
 
 // pyPaths are the Python functions on each thread's call path in
@@ -153,8 +154,8 @@ func TestUnwindPython(t *testing.T) {
 					fmt.Fprintf(&b, " %s %.1f%% (perf %.1f%%)", k, share(int64(c.with[k]), int64(c.samples)), share(int64(r.with[k]), int64(r.samples)))
 				}
 				t.Log(b.String())
-				if c.samples < minOnSamples {
-					t.Errorf("%s: %d on-CPU samples, want ≥ %d", name, c.samples, minOnSamples)
+				if c.samples < truth.MinOnSamples {
+					t.Errorf("%s: %d on-CPU samples, want ≥ %d", name, c.samples, truth.MinOnSamples)
 					continue
 				}
 				for _, fn := range path.funcs {

@@ -88,6 +88,11 @@ var arches = map[string]arch{
 		fixtureVars: []string{
 			"GCC=aarch64-linux-gnu-gcc", "CC=aarch64-linux-gnu-gcc",
 			"CLANG=clang-19 --target=aarch64-linux-gnu -fuse-ld=bfd",
+			"GXX=aarch64-linux-gnu-g++", "CLANGXX=clang++-19 --target=aarch64-linux-gnu -fuse-ld=bfd",
+			// The unwinding fixture signs its return addresses, as
+			// distributions that build with -mbranch-protection=standard
+			// do: its stacks hold pointer-authentication codes to strip.
+			"ARCHFLAGS=-mbranch-protection=standard",
 			"OUT=build-arm64",
 		},
 		fixtureOut: "build-arm64",

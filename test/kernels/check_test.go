@@ -228,7 +228,73 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 	checkOffCPU(t, label, c, add)
 	checkExec(t, label, c, add)
 	checkAgent(t, label, c, add)
+	checkUnwind(t, label, c, add)
 }
+
+// checkUnwind scores guest.sh's unwind step as the host's e2e test
+// (TestUnwindThroughLibraries) scores the same fixture, with
+// truth.JudgeCases: every case's function and start_thread on ≥ 99 % of
+// its thread's on-CPU samples and off-CPU time, for each compiler. The
+// guest has no perf: c-join's on-CPU samples, judged against perf on the
+// host, are logged only.
+func checkUnwind(t *testing.T, label string, c *console, add func(string, ...any)) {
+	r := c.results["unwind"]
+	if r == nil {
+		if want := unwindArches[c.result("start", "arch")]; want {
+			t.Errorf("%s: step unwind did not report", label)
+		}
+		return
+	}
+	if r["skipped"] == "1" {
+		return
+	}
+	log, _ := os.ReadFile(c.path("unwind.log"))
+	if r["loaded"] != "1" || r["rc"] != "0" || r["alive"] != "1" {
+		t.Errorf("%s: the unwinding step failed (loaded %s, rc %s, fixtures alive to the end %s): %s", label, r["loaded"], r["rc"], r["alive"], firstLines(string(log), 30))
+		return
+	}
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.Contains(l, "lost") || strings.Contains(l, "stacks cut") || strings.Contains(l, "WARN") {
+			t.Logf("%s unwind record: %s", label, l)
+		}
+	}
+	samples := readSamples(t, c, "unwind.otlp.json")
+	cuts := truth.WindowCuts(string(log))
+	for _, cc := range []string{"gcc", "clang"} {
+		byTID, err := truth.ReadCaseThreads(c.path("threads-" + cc))
+		if err != nil {
+			t.Errorf("%s: %v", label, err)
+			continue
+		}
+		// One recording of both: its window cuts are judged against each
+		// compiler's samples, the stricter bound.
+		table, failures := truth.JudgeCases(label+" "+cc, truth.TallyCasesTo(samples, byTID, threadEntry), nil, cuts)
+		t.Logf("%s: unwinding, %s build:\n%s", label, cc, table)
+		for _, f := range failures {
+			t.Errorf("%s: unwinding, %s build: %s", label, cc, f)
+		}
+		add("unwind %s: %d of %d cases judged failed", cc, len(failures), len(truth.UnwindCases))
+	}
+}
+
+// threadEntry tells a stack that reaches a thread's entry in the guest:
+// start_thread by name, or, since the cross toolchain's glibc the guest
+// runs (libc6-arm64-cross) has no symbol table and names none of its own
+// functions, the fixture's thread function (start_case, which
+// pthread_create was given) with exactly two frames of libc.so.6 under
+// it: start_thread's and clone3's child side.
+func threadEntry(frames []string) bool {
+	if truth.HasFunc(frames, truth.ThreadEntry) {
+		return true
+	}
+	const libc = "libc.so.6+0x"
+	n := len(frames)
+	return n >= 3 && frames[n-3] == "start_case" && strings.HasPrefix(frames[n-2], libc) && strings.HasPrefix(frames[n-1], libc)
+}
+
+// unwindArches are the guest architectures whose payload has the
+// unwinding fixture (payload_test.go, unwindFixtures).
+var unwindArches = map[string]bool{"aarch64": true}
 
 func firstLines(s string, n int) string {
 	l := strings.SplitN(s, "\n", n+1)
@@ -419,7 +485,7 @@ func checkAgent(t *testing.T, label string, c *console, add func(string, ...any)
 // stepLogs are the logs of spanprof each step of guest.sh writes.
 var stepLogs = map[string]string{
 	"patching": "flip.out", "oncpu": "oncpu.log", "correlation": "corr.log", "dtvcorrelation": "dtv.log", "gocorrelation": "gocorr.log",
-	"offcpu": "offcpu.log", "execexit": "exec.log", "agent": "agent.log",
+	"offcpu": "offcpu.log", "execexit": "exec.log", "agent": "agent.log", "unwind": "unwind.log",
 }
 
 // checkStuck fails each step the guest's watchdog had to stop, with what

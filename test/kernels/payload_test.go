@@ -25,6 +25,11 @@ var fixtures = map[string][]string{
 // is x86-64's.
 var amd64CtxFixtures = []string{"workload-dlopen", "libwlctx.so", "libtlsfill.so"}
 
+// unwindFixtures are the unwind step's (guest.sh unwind): the hybrid
+// unwinding fixture, built for arm64, whose unwinding the host's e2e test
+// does not run; x86-64's is judged there (test/e2e/unwind_test.go).
+var unwindFixtures = []string{"cases-gcc", "cases-clang"}
+
 // buildPayload builds spanprof, the sink, flip and the Go service without cgo for
 // the architecture, and the fixtures with its toolchain, into one directory
 // under root with guest.sh.
@@ -59,6 +64,9 @@ func buildPayload(root string, a arch) (string, error) {
 	all := maps.Clone(fixtures)
 	if a.goarch == "amd64" {
 		all["tracectx"] = append(slices.Clone(all["tracectx"]), amd64CtxFixtures...)
+	}
+	if a.goarch == "arm64" {
+		all["unwind"] = unwindFixtures
 	}
 	for sub, names := range all {
 		args := slices.Clone(a.fixtureVars)
