@@ -309,7 +309,9 @@ unwind() {
 	# samples found the 8 MiB ring full in one run at 199 Hz.
 	pri=""
 	command -v nice >/dev/null 2>&1 && pri="nice -n -19"
-	$pri "$R/spanprof" record --pid $g --pid $c --off-cpu --frequency ${UNWIND_FREQ:-99} --duration ${UNWIND_DURATION:-16s} \
+	# SPANPROF_ARM64_HYBRID: the hybrid walk this step tests is off by
+	# default on arm64 until it passes (internal/collect).
+	SPANPROF_ARM64_HYBRID=1 $pri "$R/spanprof" record --pid $g --pid $c --off-cpu --frequency ${UNWIND_FREQ:-99} --duration ${UNWIND_DURATION:-16s} \
 		--ring-mib 64 --output "$W/unwind.otlp.json" 2>"$W/unwind.log" &
 	rec=$!
 	wait_line "$W/unwind.log" "spanprof: recording" $rec
