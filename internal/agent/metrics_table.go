@@ -313,7 +313,7 @@ var metrics = []metric{
 		})},
 	{name: "spanprof_go_wait_tick_errors_total", kind: counter, help: "Whole-process reads that failed.",
 		read: goWait(func(s *pipeline.Stats) uint64 { return s.GoWait.TickErrors })},
-	{name: "spanprof_go_wait_backlog_dropped_total", kind: counter, help: "Goroutine-wait records of ticks dropped because the consumer had not taken the ticks before (gowait.Backlog of them).",
+	{name: "spanprof_go_wait_backlog_dropped_total", kind: counter, help: "Goroutine-wait records of ticks dropped because the consumer had not taken the ticks of the last gowait.BacklogTime (3 s).",
 		read: goWait(func(s *pipeline.Stats) uint64 { return s.GoWait.DroppedBacklog })},
 
 	// Reports and their export, counted as they happen (Metrics).

@@ -91,14 +91,25 @@ type Stats struct {
 	// parked during the gap, the gap beyond the two-period cap.
 	UncoveredNs uint64
 	// DroppedBacklog counts records of ticks the consumer had not made
-	// room for: Backlog ticks were waiting already.
+	// room for: BacklogTime's worth of ticks were waiting already.
 	DroppedBacklog uint64
 }
 
-// Backlog is how many ticks' batches wait for the consumer before a tick
-// is dropped (counted in Stats.DroppedBacklog): three seconds at the
-// default rate, more than a report or a drain of the ring takes.
-const Backlog = 64
+// BacklogTime is how long the ticks' batches may wait for the consumer
+// before a tick is dropped (counted in Stats.DroppedBacklog): more than a
+// report or a drain of the ring takes. The backlog is that many ticks at
+// the sampler's rate, so that it covers as long at any rate: a fixed 64
+// ticks were 3.4 s at the default 19 Hz but 0.32 s at 199 Hz, and one
+// slow report dropped a fifth of a span's wait.
+const BacklogTime = 3 * time.Second
+
+// minBacklog is the fewest ticks the backlog holds, at low rates.
+const minBacklog = 64
+
+// backlog returns the ticks BacklogTime holds at frequency Hz.
+func backlog(frequency int) int {
+	return max(minBacklog, int(BacklogTime.Seconds()*float64(frequency)))
+}
 
 // Sampler samples parked goroutines of its target processes. Its methods
 // are safe for concurrent use.
@@ -147,7 +158,7 @@ func New(opts Options) *Sampler {
 	return &Sampler{
 		opts: opts, log: opts.Logger,
 		period:  time.Second / time.Duration(opts.Frequency),
-		out:     make(chan []sampler.Record, Backlog),
+		out:     make(chan []sampler.Record, backlog(opts.Frequency)),
 		targets: map[uint32]*targetState{},
 	}
 }
@@ -257,7 +268,7 @@ func (s *Sampler) SampleOnce(now time.Time) {
 		s.stats.Records += uint64(len(s.batch))
 	default:
 		s.stats.DroppedBacklog += uint64(len(s.batch))
-		s.log.Debug("goroutine sampling: consumer behind, tick dropped", "records", len(s.batch), "backlog", Backlog)
+		s.log.Debug("goroutine sampling: consumer behind, tick dropped", "records", len(s.batch), "backlog", cap(s.out))
 	}
 	s.batch = nil
 }

@@ -40,3 +40,33 @@ func TestLateTickWeights(t *testing.T) {
 		t.Errorf("UncoveredNs %v, Held %d; want 80ms (goroutine 2's gap beyond two periods) and 2", time.Duration(st.UncoveredNs), st.Held)
 	}
 }
+
+// TestBacklogCoversItsTime holds the ticks of BacklogTime at any rate
+// while the consumer is away (a slow report), and drops, counting them,
+// only the ticks beyond: at 199 Hz a fixed backlog of 64 ticks was 0.32 s,
+// and the polyglot trace test lost a fifth of a span's wait to one report.
+func TestBacklogCoversItsTime(t *testing.T) {
+	for _, hz := range []int{19, 199, 997} {
+		s := New(Options{Frequency: hz})
+		m, info := fakeGo(1)
+		s.targets[1] = &targetState{target: newTarget(1, m, info, 0), system: map[int]bool{}}
+		t0 := time.Unix(1_700_000_000, 0)
+		ticks := int(BacklogTime.Seconds() * float64(hz))
+		if ticks < minBacklog {
+			ticks = minBacklog
+		}
+		for i := range ticks {
+			s.SampleOnce(t0.Add(time.Duration(i) * s.period))
+		}
+		if st := s.Stats(); st.DroppedBacklog != 0 {
+			t.Errorf("%d Hz: %d records dropped within %d ticks (%v) of no consumer", hz, st.DroppedBacklog, ticks, BacklogTime)
+		}
+		s.SampleOnce(t0.Add(time.Duration(ticks) * s.period))
+		if st := s.Stats(); st.DroppedBacklog != 1 {
+			t.Errorf("%d Hz: the tick beyond the backlog: %d records dropped, want 1 counted", hz, st.DroppedBacklog)
+		}
+		if n := len(take(s)); n != ticks {
+			t.Errorf("%d Hz: consumer took %d records, want %d", hz, n, ticks)
+		}
+	}
+}
