@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -34,6 +35,9 @@ type OffCPUOptions struct {
 	// bpf/lib/offcpu.h). Zero means DefaultOffCPUThreshold; 1ns records every
 	// wait.
 	Threshold time.Duration
+	// RawTracepoint loads the raw-tracepoint program instead of the
+	// tp_btf one (which New falls back to where tp_btf does not load).
+	RawTracepoint bool
 }
 
 func (o *OffCPUOptions) validate() error {
@@ -54,21 +58,79 @@ func setOffCPUSpec(spec *ebpf.CollectionSpec, o OffCPUOptions) error {
 	return nil
 }
 
-// attachOffCPU attaches the sched_switch program: tp_btf where the kernel
-// can, the raw tracepoint otherwise. Neither needs tracefs.
+// attachOffCPU attaches the sched_switch program New loaded: tp_btf, or
+// the raw tracepoint where tp_btf did not load (loadSampler). Neither
+// needs tracefs.
 func (s *Sampler) attachOffCPU() error {
-	l, err := link.AttachTracing(link.TracingOptions{Program: s.objs.SchedSwitchBtf})
-	if err != nil {
-		var err2 error
-		l, err2 = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_switch", Program: s.objs.SchedSwitchRaw})
-		if err2 != nil {
-			return fmt.Errorf("attach off-CPU program to sched_switch: %w (tp_btf: %v)", err2, err)
+	var l link.Link
+	var err error
+	if p := s.objs.SchedSwitchBtf; p != nil {
+		l, err = link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach off-CPU program to tp_btf/sched_switch: %w (off-CPU sampling needs it)", err)
 		}
-		s.log.Info("off-CPU: tp_btf/sched_switch unavailable, using the raw tracepoint", "error", err)
+	} else {
+		l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_switch", Program: s.objs.SchedSwitchRaw})
+		if err != nil {
+			return fmt.Errorf("attach off-CPU program to raw tracepoint sched_switch: %w (off-CPU sampling needs it)", err)
+		}
 	}
 	s.mu.Lock()
 	s.links = append(s.links, l)
 	s.mu.Unlock()
+	return nil
+}
+
+// switchPrograms are the sched_switch programs, one of which off-CPU
+// sampling attaches.
+var switchPrograms = []string{"sched_switch_btf", "sched_switch_raw"}
+
+// loadSampler loads spec's maps and variables into objs, and the
+// programs of bpf.SamplerPrograms that this sampler attaches: the
+// sched_switch program only with off-CPU sampling, and of its two
+// variants only the one off chooses. Each costs the verifier as much as
+// the on-CPU program (bpf/verified-insns.txt), and loading both, whatever
+// the options, was most of the agent's start-up CPU: a second of kernel
+// time before the first sample. The programs left out stay nil.
+func loadSampler(spec *ebpf.CollectionSpec, objs *bpf.SamplerObjects, off OffCPUOptions, opts *ebpf.CollectionOptions) error {
+	skip := map[string]bool{}
+	switch {
+	case !off.Enabled:
+		skip[switchPrograms[0]], skip[switchPrograms[1]] = true, true
+	case off.RawTracepoint:
+		skip[switchPrograms[0]] = true
+	default:
+		skip[switchPrograms[1]] = true
+	}
+	progs := reflect.ValueOf(&objs.SamplerPrograms).Elem()
+	var fields []reflect.StructField
+	var index []int
+	for i := range progs.NumField() {
+		f := progs.Type().Field(i)
+		if !skip[f.Tag.Get("ebpf")] {
+			fields = append(fields, reflect.StructField{Name: f.Name, Type: f.Type, Tag: f.Tag})
+			index = append(index, i)
+		}
+	}
+	// LoadAndAssign loads what the struct it fills names, following
+	// pointers to structs: the maps, the variables and the chosen
+	// programs.
+	chosen := reflect.New(reflect.StructOf(fields))
+	maps, vars := reflect.ValueOf(&objs.SamplerMaps), reflect.ValueOf(&objs.SamplerVariables)
+	target := reflect.New(reflect.StructOf([]reflect.StructField{
+		{Name: "Maps", Type: maps.Type()},
+		{Name: "Variables", Type: vars.Type()},
+		{Name: "Programs", Type: chosen.Type()},
+	})).Elem()
+	target.Field(0).Set(maps)
+	target.Field(1).Set(vars)
+	target.Field(2).Set(chosen)
+	if err := spec.LoadAndAssign(target.Addr().Interface(), opts); err != nil {
+		return err
+	}
+	for k, i := range index {
+		progs.Field(i).Set(chosen.Elem().Field(k))
+	}
 	return nil
 }
 

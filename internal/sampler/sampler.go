@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,13 +222,18 @@ func New(opts Options) (*Sampler, error) {
 		s.dec.pacUnknown = true
 		opts.Logger.Warn("return addresses signed by pointer authentication keep their code: stacks through them end there (counted as pac_unstripped_frames)", "error", err)
 	}
-	err = spec.LoadAndAssign(&s.objs, collOpts)
+	err = loadSampler(spec, &s.objs, opts.OffCPU, collOpts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		// Something else is pinned at our path: run unpinned rather than
 		// not at all, and say what to remove.
 		opts.Logger.Warn("an incompatible map is pinned at "+PinDir+"/task_trace_context; running without the shared task-storage map (remove the pin to share it)", "error", err)
 		spec.Maps[bpf.SamplerMapTaskTraceContext].Pinning = ebpf.PinNone
-		err = spec.LoadAndAssign(&s.objs, collOpts)
+		err = loadSampler(spec, &s.objs, opts.OffCPU, collOpts)
+	}
+	if err != nil && opts.OffCPU.Enabled && !opts.OffCPU.RawTracepoint && strings.Contains(err.Error(), "sched_switch_btf") {
+		opts.Logger.Info("off-CPU: tp_btf/sched_switch does not load here, using the raw tracepoint", "error", err)
+		opts.OffCPU.RawTracepoint = true
+		err = loadSampler(spec, &s.objs, opts.OffCPU, collOpts)
 	}
 	if err != nil {
 		var ve *ebpf.VerifierError

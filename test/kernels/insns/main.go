@@ -1,4 +1,5 @@
-// Command insns loads the sampler's programs, off-CPU sampling on, and
+// Command insns loads the sampler's programs, off-CPU sampling on (each
+// sched_switch variant in a sampler of its own), and
 // prints how many instructions the verifier processed for each, as one
 // line "insns reported=1 NAME=N ...", for the kernel-matrix test
 // (test/kernels), which holds them to bpf/verified-insns.txt on every
@@ -16,16 +17,25 @@ import (
 )
 
 func main() {
-	s, err := sampler.New(sampler.Options{Frequency: 99, PIDs: []int{os.Getpid()}, OffCPU: sampler.OffCPUOptions{Enabled: true}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "insns:", err)
-		os.Exit(1)
-	}
-	defer s.Close()
-	counts, ok, err := s.VerifiedInstructions()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "insns:", err)
-		os.Exit(1)
+	// The tp_btf and the raw-tracepoint sched_switch programs are loaded
+	// one at a time, as the sampler does: one sampler for each.
+	counts := map[string]uint32{}
+	ok := true
+	for _, raw := range []bool{false, true} {
+		s, err := sampler.New(sampler.Options{Frequency: 99, PIDs: []int{os.Getpid()},
+			OffCPU: sampler.OffCPUOptions{Enabled: true, RawTracepoint: raw}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "insns:", err)
+			os.Exit(1)
+		}
+		c, reported, err := s.VerifiedInstructions()
+		s.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "insns:", err)
+			os.Exit(1)
+		}
+		ok = ok && reported
+		maps.Copy(counts, c)
 	}
 	line := []string{"insns", "reported=0"}
 	if ok {
