@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 
 	"github.com/cilium/ebpf"
@@ -44,6 +45,30 @@ func (s *Sampler) VerifiedInstructions() (counts map[string]uint32, ok bool, err
 		if err := add(&s.exit.ExitMapsPrograms); err != nil {
 			return nil, false, err
 		}
+	}
+	return counts, ok, nil
+}
+
+// MeasureVerifiedInstructions loads the sampler's programs for pid, off-CPU
+// sampling on, once for each sched_switch variant (a sampler loads only
+// the one it attaches), and returns every program's count as
+// VerifiedInstructions does: the kernel matrix's insns step and the
+// host's budget test.
+func MeasureVerifiedInstructions(pid int) (counts map[string]uint32, ok bool, err error) {
+	counts = map[string]uint32{}
+	ok = true
+	for _, raw := range []bool{false, true} {
+		s, err := New(Options{Frequency: 99, PIDs: []int{pid}, OffCPU: OffCPUOptions{Enabled: true, RawTracepoint: raw}})
+		if err != nil {
+			return nil, false, err
+		}
+		c, reported, err := s.VerifiedInstructions()
+		s.Close()
+		if err != nil {
+			return nil, false, err
+		}
+		ok = ok && reported
+		maps.Copy(counts, c)
 	}
 	return counts, ok, nil
 }

@@ -83,7 +83,7 @@ func (s *Sampler) attachOffCPU() error {
 
 // switchPrograms are the sched_switch programs, one of which off-CPU
 // sampling attaches.
-var switchPrograms = []string{"sched_switch_btf", "sched_switch_raw"}
+var switchPrograms = []string{bpf.SamplerProgSchedSwitchBtf, bpf.SamplerProgSchedSwitchRaw}
 
 // loadSampler loads spec's maps and variables into objs, and the
 // programs of bpf.SamplerPrograms that this sampler attaches: the

@@ -230,7 +230,7 @@ func New(opts Options) (*Sampler, error) {
 		spec.Maps[bpf.SamplerMapTaskTraceContext].Pinning = ebpf.PinNone
 		err = loadSampler(spec, &s.objs, opts.OffCPU, collOpts)
 	}
-	if err != nil && opts.OffCPU.Enabled && !opts.OffCPU.RawTracepoint && strings.Contains(err.Error(), "sched_switch_btf") {
+	if err != nil && opts.OffCPU.Enabled && !opts.OffCPU.RawTracepoint && strings.Contains(err.Error(), bpf.SamplerProgSchedSwitchBtf) {
 		opts.Logger.Info("off-CPU: tp_btf/sched_switch does not load here, using the raw tracepoint", "error", err)
 		opts.OffCPU.RawTracepoint = true
 		err = loadSampler(spec, &s.objs, opts.OffCPU, collOpts)

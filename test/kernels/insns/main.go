@@ -17,25 +17,10 @@ import (
 )
 
 func main() {
-	// The tp_btf and the raw-tracepoint sched_switch programs are loaded
-	// one at a time, as the sampler does: one sampler for each.
-	counts := map[string]uint32{}
-	ok := true
-	for _, raw := range []bool{false, true} {
-		s, err := sampler.New(sampler.Options{Frequency: 99, PIDs: []int{os.Getpid()},
-			OffCPU: sampler.OffCPUOptions{Enabled: true, RawTracepoint: raw}})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "insns:", err)
-			os.Exit(1)
-		}
-		c, reported, err := s.VerifiedInstructions()
-		s.Close()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "insns:", err)
-			os.Exit(1)
-		}
-		ok = ok && reported
-		maps.Copy(counts, c)
+	counts, ok, err := sampler.MeasureVerifiedInstructions(os.Getpid())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "insns:", err)
+		os.Exit(1)
 	}
 	line := []string{"insns", "reported=0"}
 	if ok {
