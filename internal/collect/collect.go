@@ -656,34 +656,46 @@ func (c *Collector) keep(r *sampler.Record, user []uint64, res *unwind.Result, r
 	if attributed {
 		c.stats.PreExecAttributed++
 	}
-	image := img.Gen()
-	if !c.held[image] {
-		if c.held == nil {
-			c.held = map[uint32]bool{}
-		}
-		if c.opts.Tracker.Hold(img) {
-			c.held[image] = true
-		} else {
-			// Not the tracker's: the Build finds no image (counted
-			// there) rather than another one.
-			image = 0
-		}
-	}
-	if k := len(c.samples); k == 0 || len(c.samples[k-1]) == chunkSamples {
-		c.samples = append(c.samples, make([]sample, 0, chunkSamples))
-	}
-	last := &c.samples[len(c.samples)-1]
-	c.n++
+	image := c.hold(img)
 	var reason uint16
 	if r.Reason != "" && len(c.reasons.list) < maxReasons {
 		reason = uint16(c.reasons.intern(r.Reason) + 1)
 	}
-	*last = append(*last, sample{
+	c.addSample(sample{
 		t: toUnixNano(r.Time), value: r.Value, link: profile.Link(r.Link),
 		stack: c.stacks.intern(r.PID, image, r.KernStack, user),
 		tid:   r.TID, cpu: r.CPU, comm: c.comms.intern(r.Comm),
 		kind: kindOf(r.Kind), state: r.State, reason: reason, attrs: attrID,
 	})
+}
+
+// hold holds img in the tracker once for the interval (released after
+// the Build that symbolizes it) and returns its generation; 0 for an
+// image that is not the tracker's, which the Build then finds missing
+// (counted there) rather than naming it from another one. Call with
+// c.mu held.
+func (c *Collector) hold(img *proc.Process) uint32 {
+	image := img.Gen()
+	if c.held[image] {
+		return image
+	}
+	if !c.opts.Tracker.Hold(img) {
+		return 0
+	}
+	if c.held == nil {
+		c.held = map[uint32]bool{}
+	}
+	c.held[image] = true
+	return image
+}
+
+// addSample adds a sample to the interval's chunks. Call with c.mu held.
+func (c *Collector) addSample(s sample) {
+	if k := len(c.samples); k == 0 || len(c.samples[k-1]) == chunkSamples {
+		c.samples = append(c.samples, make([]sample, 0, chunkSamples))
+	}
+	c.samples[len(c.samples)-1] = append(c.samples[len(c.samples)-1], s)
+	c.n++
 }
 
 // Trim lets the leaf fixer drop what went idle (CFILeafFixer.Trim); call
@@ -800,13 +812,9 @@ func (c *Collector) requeue(k *kept, id uint32, samples []sample) {
 	defer c.mu.Unlock()
 	if image != 0 && !c.held[image] {
 		p, _ := c.opts.Tracker.Image(image)
-		if p != nil && c.opts.Tracker.Hold(p) {
-			if c.held == nil {
-				c.held = map[uint32]bool{}
-			}
-			c.held[image] = true
-		} else {
-			image = 0 // counted as missing by the Build that meets it
+		image = 0 // counted as missing by the Build that meets it
+		if p != nil {
+			image = c.hold(p)
 		}
 	}
 	nid := c.stacks.intern(pid, image, kern, user)
@@ -826,11 +834,7 @@ func (c *Collector) requeue(k *kept, id uint32, samples []sample) {
 		if t := r.t.time(); !t.IsZero() && t.Before(c.start) {
 			c.start = t
 		}
-		if n := len(c.samples); n == 0 || len(c.samples[n-1]) == chunkSamples {
-			c.samples = append(c.samples, make([]sample, 0, chunkSamples))
-		}
-		c.samples[len(c.samples)-1] = append(c.samples[len(c.samples)-1], r)
-		c.n++
+		c.addSample(r)
 		c.waiting++
 	}
 }
