@@ -2,6 +2,7 @@ package collect
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"time"
@@ -140,12 +141,7 @@ func (k *kept) emit(opts Options, bound int64, stats *Stats, add func(*profile.S
 		k.chunks[ci] = nil
 	}
 	if waits > 0 {
-		ids := make([]uint32, 0, len(later))
-		for id := range later {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
+		for _, id := range slices.Sorted(maps.Keys(later)) {
 			requeue(k, id, later[id])
 		}
 		opts.Logger.Debug("stacks wait for a binary's parse (parse bound of the report)",
