@@ -46,6 +46,10 @@ func reportStats(w io.Writer, st pipeline.Stats) {
 		fmt.Fprintf(w, "spanprof: %d user frames of %d samples found by their unwind rules in code without frame pointers, %d in JIT code by its instructions or frame links; stacks cut: %d by the stack window (%d windows sized, %d widened), %d deeper than the window at frameless code, %d at code without unwind information, %d at rules not evaluated, %d at JIT frame links that failed their checks\n",
 			c.UnwindCFIFrames, c.Samples, c.UnwindLinkFrames, c.UnwindWindowCut, c.WindowsSized, c.WindowsWidened, c.UnwindBelowWindow, c.UnwindNoInfo, c.UnwindBadRule, c.UnwindBadLink)
 	}
+	if c.ExitAwaited > 0 || c.ExitAwaitMissed > 0 {
+		fmt.Fprintf(w, "spanprof: %d samples of processes gone before their libraries were read waited for the mappings captured at their exit; %d were unwound without them (no capture before a report, an exec or a fork, or the wait was full)\n",
+			c.ExitAwaited, c.ExitAwaitMissed)
+	}
 	if c.PreExec > 0 {
 		fmt.Fprintf(w, "spanprof: %d %s taken while a process was starting a new program (exec); %d were named after the program it ran before\n",
 			c.PreExec, plural(int(c.PreExec), "sample was", "samples were"), c.PreExecAttributed)

@@ -190,6 +190,13 @@ var metrics = []metric{
 	{name: "spanprof_pids_reused_by_fork_total", kind: counter, help: "Pids taken by a new process (its fork event) after the pid's process exited; samples after the fork were symbolized against the new process.",
 		doc:  "pids taken by a new process (its fork event) after the pid's process exited: samples after the fork were symbolized against the new process, which runs its parent's image until it execs",
 		read: collected(func(s *pipeline.Stats) uint64 { return uint64(s.Tracker.Forked) })},
+	{name: "spanprof_samples_awaited_exit_total", kind: counter, labels: []string{"outcome"},
+		help: "Samples of processes gone before their libraries were read, whose stacks waited for the mappings the kernel captured at their exit: unwound with them (captured) or without (missed: no capture before a report, an exec or a fork of the pid, or the wait was full).",
+		doc:  "samples of processes gone before their libraries were read, whose stacks waited for the mappings the kernel captured at their exit: `captured` (unwound with them), `missed` (unwound without: no capture before a report, an exec or a fork of the pid, or the wait, 2 MiB of records, was full)",
+		read: func(s *pipeline.Stats, emit func(float64, ...string)) {
+			emit(float64(s.Collector.ExitAwaited), "captured")
+			emit(float64(s.Collector.ExitAwaitMissed), "missed")
+		}},
 	{name: "spanprof_pre_exec_samples_total", kind: counter, help: "Samples taken inside an exec, before the new image's registers were set, that were symbolized against the image before the exec (the process as read before it, else its parent's, which a posix_spawn child runs in).",
 		read: collected(func(s *pipeline.Stats) uint64 { return s.Collector.PreExecAttributed })},
 	{name: "spanprof_images_missing_total", kind: counter, help: "Stacks whose process image was not there to symbolize them against at the report (never expected: each kept sample holds its image); their user frames stay addresses.",

@@ -255,6 +255,13 @@ type Stats struct {
 	// sample holds its image, so this should stay 0; their user frames
 	// stay addresses, never another image's names.
 	ImagesMissing uint64
+	// ExitAwaited counts the samples of a process gone before its
+	// libraries were read that waited for its exit and were unwound
+	// against the mappings the kernel captured then (awaitexit.go);
+	// ExitAwaitMissed those that waited in vain (no capture came before a
+	// report, an exec or a fork of the pid, or the wait was full) or
+	// could not wait, unwound against the mappings known.
+	ExitAwaited, ExitAwaitMissed uint64
 	// Deferred counts the samples an Emit left for a later one because
 	// their stack needed a binary beyond its parse bound
 	// (Options.ParseBytes), once per Emit they waited; Forced the
@@ -299,6 +306,10 @@ type Collector struct {
 	exeWindows map[exeKey]uint32
 	// waiting counts the interval's samples that waited for a parse.
 	waiting int
+	// awaiting are the samples waiting for their process's exit, by pid
+	// (awaitexit.go), and awaitBytes their size.
+	awaiting   map[uint32][]awaiting
+	awaitBytes int
 }
 
 // exeKey names an executable as the kernel does: dev_t and inode.
@@ -351,19 +362,26 @@ func New(opts Options) *Collector {
 // in stream order: the samples before the event were added against the
 // table as it was, those after it are added against the table it leaves.
 func (c *Collector) ProcEvent(e sampler.ProcEvent) {
-	if e.Fork {
-		c.opts.Tracker.Fork(e.PID, e.Parent, e.Time)
-		c.dropWindow(e.PID)
-		return
-	}
 	if e.Exit {
-		c.dropWindow(e.PID)
 		if e.Maps != nil {
 			// Libraries and vDSO of a process whose maps were read too
 			// early or never: captured by the kernel as it exited.
 			c.opts.Tracker.ExitMaps(e.PID, e.Time, e.Exe, mappings(e.Maps))
 		}
+		// Its samples that waited for these mappings, before the
+		// window is dropped: their walks size it, and what they needed
+		// goes to the executable's.
+		c.flushAwaiting(e.PID, e.Maps != nil)
+		c.dropWindow(e.PID)
 		c.opts.Tracker.Exit(e.PID, e.Time)
+		return
+	}
+	// The pid's image changes: samples waiting for its exit take the
+	// image they were taken in.
+	c.flushAwaiting(e.PID, false)
+	if e.Fork {
+		c.opts.Tracker.Fork(e.PID, e.Parent, e.Time)
+		c.dropWindow(e.PID)
 		return
 	}
 	// The reader read the new image as it decoded the exec (e.Read); an
@@ -404,6 +422,10 @@ func mappings(vmas []sampler.VMA) []proc.Mapping {
 // exec: its stack is symbolized against that image (the process's entry,
 // which the exec that follows the sample in the stream replaces, else its
 // parent's), while the sample keeps its pid, thread, name and time.
+//
+// A sample of a process gone before its libraries were read waits for
+// the process's exit, whose capture of its mappings it is unwound against
+// (awaitexit.go).
 func (c *Collector) Add(r *sampler.Record) {
 	var p *proc.Process
 	if r.PreExec {
@@ -421,7 +443,15 @@ func (c *Collector) Add(r *sampler.Record) {
 			p = c.opts.Tracker.RereadAfterExec(p)
 			c.log.Debug("process read again after its exec", "pid", r.PID, "mappings", before, "now", len(p.Mappings))
 		}
+		if c.await(p, r) {
+			return
+		}
 	}
+	c.addTo(p, r, attributed)
+}
+
+// addTo unwinds r's user stack against p, its image, and keeps it.
+func (c *Collector) addTo(p *proc.Process, r *sampler.Record, attributed bool) {
 	user, res, recovered := c.fixLeaf(p, r)
 	attrs, unnamed, bad := c.attrs(r)
 	c.keep(r, user, res, recovered, p, attributed, attrs, unnamed, bad)
@@ -723,6 +753,7 @@ func (c *Collector) Prepare() {
 	if c.opts.Mode == symbolize.ModeNone {
 		return
 	}
+	c.flushAllAwaiting()
 	c.mu.Lock()
 	type key struct {
 		gen   uint32
@@ -765,6 +796,7 @@ func (c *Collector) Prepare() {
 // symbolized once, and its samples share the frames: Sample.Frames is
 // read-only.
 func (c *Collector) Build(end time.Time) *profile.Profile {
+	c.flushAllAwaiting()
 	k := c.take(end)
 	samples := make([]profile.Sample, 0, k.n)
 	var st Stats
@@ -795,6 +827,7 @@ func (c *Collector) EmitAll(end time.Time, add func(*profile.Sample)) *profile.P
 
 func (c *Collector) emit(end time.Time, add func(*profile.Sample), bound int64) *profile.Profile {
 	var st Stats
+	c.flushAllAwaiting()
 	k := c.take(end)
 	prof := k.emit(c.opts, bound, &st, add, c.requeue)
 	k.release(c.opts.Tracker)

@@ -28,3 +28,12 @@ func (t *Tracker) RereadAfterExec(p *Process) *Process {
 	}
 	return np
 }
+
+// AwaitsExit reports whether p, an image made by an exec, is gone without
+// its libraries known: placed from the exec (Partial), or found gone when
+// it was to be read again. Its exit event, which follows in the stream,
+// brings the kernel's capture of its mappings (ExitMaps) where the kernel
+// has the VMA iterator; until Exit is handled nothing else can.
+func (p *Process) AwaitsExit() bool {
+	return p != nil && !p.execAt.IsZero() && p.exitedAt.IsZero() && (p.Partial || p.Exited)
+}
