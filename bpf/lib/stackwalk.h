@@ -191,6 +191,29 @@ static __always_inline __u32 read_more(struct stack_sample *s, __u32 want)
 	return 0;
 }
 
+/* stack_room returns want, or less where the stack ends sooner: on a main
+ * thread, whose stack ends a little above the environment strings
+ * (mm->env_end), the bytes from sp up to them. A read past the stack's
+ * end faults, and a faulting read costs as much as several that do not
+ * (then read_more retries page by page); a process's window is sized to
+ * twice what its deepest stacks needed, which on a shallow main thread
+ * reaches past the top. Other threads' stacks lie elsewhere and keep
+ * want. */
+static __always_inline __u32 stack_room(__u64 sp, __u32 want)
+{
+	struct task_struct *task = CURRENT_TASK();
+	struct mm_struct *mm;
+	__u64 end;
+
+	mm = TREAD(task, mm);
+	if (!mm)
+		return want;
+	end = TREAD(mm, env_end);
+	if (end > sp && end - sp < want)
+		return end - sp;
+	return want;
+}
+
 /* fill_user copies the stack of the user context in s's registers, from
  * its stack pointer, into the record's window: the frame-pointer walk
  * starts in it, and user space unwinds frameless code in it. The first
@@ -213,6 +236,8 @@ static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u
 	if (len == STACK_SNAP_BYTES) {
 		want = bpf_map_lookup_elem(&stack_windows, &s->pid);
 		bytes = want ? *want : new_window();
+		if (bytes > STACK_SNAP_BYTES)
+			bytes = stack_room(s->user_sp, bytes);
 		if (bytes > STACK_SNAP_BYTES)
 			len += read_more(s, bytes);
 	}

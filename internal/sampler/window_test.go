@@ -2,7 +2,10 @@ package sampler
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,4 +72,65 @@ func TestExeWindow(t *testing.T) {
 	if own <= 2048 || own > 4096 {
 		t.Fatalf("with the process's own window of 4096 bytes: windows of up to %d bytes", own)
 	}
+}
+
+// TestWindowStopsAtStackTop: a main thread whose stack ends within its
+// window (a shell's, a few KiB under its environment strings) gets the
+// window up to its environment's end (mm->env_end), read at once, rather
+// than a read past the stack's end that faults and is retried page by
+// page, which ended the window at a page boundary.
+func TestWindowStopsAtStackTop(t *testing.T) {
+	testutil.RequireRoot(t)
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pid := cmd.Process.Pid
+	envEnd := statField(t, pid, 51) // env_end, proc(5)
+	s := startSampler(t, Options{Frequency: 999, PIDs: []int{pid}, NewProcessWindow: WindowMax})
+	deadline := time.After(time.Second)
+	var n, atTop int
+	for n < 200 {
+		select {
+		case e := <-s.Events():
+			r := e.Sample
+			if r == nil || r.PID != uint32(pid) || r.UserSP == 0 || envEnd-r.UserSP >= WindowMax || len(r.StackTop) <= 1024 {
+				continue
+			}
+			n++
+			end := r.UserSP + uint64(len(r.StackTop))
+			if end > envEnd {
+				t.Fatalf("window [%#x, %#x) past the environment's end %#x: read up to the stack's end after reads that faulted", r.UserSP, end, envEnd)
+			}
+			if envEnd-end < 8 {
+				atTop++
+			}
+		case <-deadline:
+			if n == 0 {
+				t.Skip("the child got no CPU in a second: the machine is too busy to judge")
+			}
+			n = 200
+		}
+	}
+	t.Logf("%d of %d windows end at the environment's end %#x", atTop, n, envEnd)
+	if atTop != n {
+		t.Fatalf("%d of %d windows of a shallow main thread end at its environment's end, want all", atTop, n)
+	}
+}
+
+// statField is field i (1-based) of /proc/PID/stat, as a number.
+func statField(t *testing.T, pid, i int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	v, err := strconv.ParseUint(fields[i-3], 10, 64)
+	if err != nil {
+		t.Fatalf("stat field %d: %v", i, err)
+	}
+	return v
 }
