@@ -15,6 +15,6 @@
 // into the same SamplerObjects; its types are the sampler's.
 package bpf
 
-//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -tags linux -target amd64,arm64 -type stack_sample -type proc_lifecycle -type record_tag -type trace_context -type drop_counter -type sample_kind -type sample_flag -type ctx_source -type proc_event_kind -type proc_config -type node_ctx_config -type tls_kind -type go_label_layout -type exe_key Sampler sampler.bpf.c -- -I.
+//go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror" -tags linux -target amd64,arm64 -type stack_sample -type proc_lifecycle -type record_tag -type trace_context -type drop_counter -type sample_kind -type sample_flag -type ctx_source -type proc_event_kind -type proc_config -type node_ctx_config -type tls_kind -type go_label_layout -type exe_key -type exe_window Sampler sampler.bpf.c -- -I.
 //go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -mcpu=v3" -tags linux -target amd64,arm64 -type proc_maps -type proc_vma -type record_tag -type exit_counter -type proc_vma_flag ExitMaps exitmaps.bpf.c -- -I.
 //go:generate go tool bpf2go -cc clang-19 -cflags "-O2 -g -Wall -Werror -DSPANPROF_COMPAT" -tags linux -target amd64,arm64 -no-global-types SamplerCompat sampler.bpf.c -- -I.

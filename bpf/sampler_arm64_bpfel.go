@@ -54,6 +54,12 @@ type SamplerExeKey struct {
 	Pad uint32
 }
 
+type SamplerExeWindow struct {
+	_     structs.HostLayout
+	InExe uint32
+	Other uint32
+}
+
 type SamplerGoLabelLayout uint32
 
 const (

@@ -20,6 +20,12 @@ type EstimatorExeKey struct {
 	Pad uint32
 }
 
+type EstimatorExeWindow struct {
+	_     structs.HostLayout
+	InExe uint32
+	Other uint32
+}
+
 type EstimatorOffcpuPending struct {
 	_       structs.HostLayout
 	CycleNs uint64

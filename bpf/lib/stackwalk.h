@@ -235,7 +235,7 @@ static __always_inline void fill_user(struct stack_sample *s, struct user_ctx *u
 	len = read_chunk((struct stack_snap *)s->data, s->user_sp, STACK_SNAP_BYTES);
 	if (len == STACK_SNAP_BYTES) {
 		want = bpf_map_lookup_elem(&stack_windows, &s->pid);
-		bytes = want ? *want : new_window();
+		bytes = want ? *want : new_window(s->user_ip);
 		if (bytes > STACK_SNAP_BYTES)
 			bytes = stack_room(s->user_sp, bytes);
 		if (bytes > STACK_SNAP_BYTES)

@@ -36,23 +36,36 @@ struct exe_key {
 	__u32 pad;
 };
 
+/* The window bytes an executable's new processes get: for a sample whose
+ * ip is in the executable's own code (mm->start_code to end_code), and
+ * for one elsewhere (the dynamic loader as the process starts, the
+ * libraries). The two differ most in short-lived processes: their loader
+ * phase needs the widest window (its entry frames are large and have no
+ * frame pointer) where their own code needs the first chunk only. 0: not
+ * learned yet, new_process_window. */
+struct exe_window {
+	__u32 in_exe;
+	__u32 other;
+};
+
 /* Window bytes for the processes of an executable that have no
  * stack_windows entry of their own (new ones: a fork, or an exec), written
- * by user space with the most any process of the file was sized to, so
- * that short-lived processes of a file seen before (a compiler, a health
- * check) are not copied with new_process_window. Least recently used
- * files go first. */
+ * by user space with the most any process of the file needed or was sized
+ * to, for each kind of ip, so that short-lived processes of a file seen
+ * before (a compiler, a health check) are not copied with
+ * new_process_window. Least recently used files go first. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct exe_key);
-	__type(value, __u32);
+	__type(value, struct exe_window);
 } exe_windows SEC(".maps");
 
 /* new_window returns the window bytes of the current task's process, which
- * has no stack_windows entry: its executable's (exe_windows), or
- * new_process_window for a file not sized yet. */
-static __always_inline __u32 new_window(void)
+ * has no stack_windows entry, for a sample at ip: its executable's
+ * (exe_windows) for that kind of ip, or new_process_window for a file or
+ * kind not sized yet. */
+static __always_inline __u32 new_window(__u64 ip)
 {
 	struct task_struct *task = CURRENT_TASK();
 	struct exe_key k = {};
@@ -60,7 +73,8 @@ static __always_inline __u32 new_window(void)
 	struct super_block *sb;
 	struct inode *ino;
 	struct file *f;
-	__u32 *w;
+	struct exe_window *w;
+	__u32 bytes;
 
 	mm = TREAD(task, mm);
 	if (!mm)
@@ -73,7 +87,10 @@ static __always_inline __u32 new_window(void)
 	sb = TREAD(ino, i_sb);
 	k.dev = TREAD(sb, s_dev);
 	w = bpf_map_lookup_elem(&exe_windows, &k);
-	return w ? *w : new_process_window;
+	if (!w)
+		return new_process_window;
+	bytes = ip >= TREAD(mm, start_code) && ip < TREAD(mm, end_code) ? w->in_exe : w->other;
+	return bytes ? bytes : new_process_window;
 }
 
 #endif

@@ -108,13 +108,13 @@ type Options struct {
 	WindowProbe time.Duration
 	// ExeWindow sets the window the kernel copies for the processes of an
 	// executable (the kernel's dev_t and inode) that have none of their
-	// own (sampler.Sampler.SetExeWindow): the collector gives each file
-	// the most any of its processes was sized or widened to, or needed
-	// before it exited unsized, so that the next processes of the file
-	// (a compiler's, a health check's) start with it instead of
-	// sampler.Options.NewProcessWindow. Nil keeps every new process at
+	// own (sampler.Sampler.SetExeWindow): the collector gives each file,
+	// for samples in its own code and for the others, the most any of its
+	// processes needed there, doubled as a process's window is, so that
+	// the next processes of the file (a compiler's, a health check's)
+	// start with it instead of sampler.Options.NewProcessWindow. Nil keeps every new process at
 	// the sampler's default.
-	ExeWindow func(dev uint32, ino uint64, bytes uint32) error
+	ExeWindow func(dev uint32, ino uint64, inExe, other uint32) error
 	// ContextKeys returns the process context's
 	// threadlocal.attribute_key_map of a process, which names the keys of
 	// its thread-context attributes; nil leaves every attribute unnamed
@@ -303,7 +303,7 @@ type Collector struct {
 	// windows are the stack windows of processes still running.
 	windows map[uint32]*window
 	// exeWindows are the windows given to executables (Options.ExeWindow).
-	exeWindows map[exeKey]uint32
+	exeWindows map[exeKey][2]uint32
 	// waiting counts the interval's samples that waited for a parse.
 	waiting int
 	// awaiting are the samples waiting for their process's exit, by pid
@@ -328,7 +328,11 @@ type window struct {
 	sized  bool      // sized from the first WindowProbe of samples
 	first  time.Time // the first sample's time
 	needed uint64    // the most bytes a walk needed so far
-	exe    exeKey    // the process's executable; zero when unknown
+	// neededBy is needed for each kind of ip (ipKind), seen the kinds
+	// that had a sample.
+	neededBy [2]uint64
+	seen     [2]bool
+	exe      exeKey // the process's executable; zero when unknown
 }
 
 // New returns a Collector.
@@ -490,7 +494,7 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 	}
 	if u, ok := c.opts.Leaf.(StackUnwinder); ok && len(r.StackTop) > 0 && (!linkRegister || arm64Hybrid) {
 		frames, wr := u.Unwind(p, r, nil)
-		c.sizeWindow(p, r.PID, r.Time, wr)
+		c.sizeWindow(p, r.PID, r.Time, wr, r.UserIP)
 		return frames, &wr, wr.CFIFrames > 0 && !slices.Equal(frames, user)
 	}
 	m := p.Find(r.UserIP)
@@ -520,8 +524,9 @@ func (c *Collector) fixLeaf(p *proc.Process, r *sampler.Record) (user []uint64, 
 // samples span WindowProbe, it asks the kernel for a window that holds
 // twice the most any of them needed (in powers of two from 1 KiB to
 // sampler.WindowMax), and at once for a stack the window cut. The stacks
-// cut so far stay cut (counted); the next ones have the bytes.
-func (c *Collector) sizeWindow(p *proc.Process, pid uint32, t time.Time, wr unwind.Result) {
+// cut so far stay cut (counted); the next ones have the bytes. ip is the
+// sample's: what its walk needed is learned for its kind of ip (ipKind).
+func (c *Collector) sizeWindow(p *proc.Process, pid uint32, t time.Time, wr unwind.Result, ip uint64) {
 	if c.opts.StackWindow == nil {
 		return
 	}
@@ -529,6 +534,7 @@ func (c *Collector) sizeWindow(p *proc.Process, pid uint32, t time.Time, wr unwi
 	if probe <= 0 {
 		probe = DefaultWindowProbe
 	}
+	kind := ipKind(p, ip)
 	c.mu.Lock()
 	w := c.windows[pid]
 	if w == nil {
@@ -539,7 +545,10 @@ func (c *Collector) sizeWindow(p *proc.Process, pid uint32, t time.Time, wr unwi
 		c.windows[pid] = w
 	}
 	w.needed = max(w.needed, wr.Needed)
+	w.neededBy[kind] = max(w.neededBy[kind], wr.Needed)
+	w.seen[kind] = true
 	var want uint32
+	var learn [2]uint32
 	switch {
 	case wr.Stop == unwind.StopWindow:
 		// Twice what this stack needed: deeper stacks of the same code
@@ -548,44 +557,81 @@ func (c *Collector) sizeWindow(p *proc.Process, pid uint32, t time.Time, wr unwi
 		if want = windowFor(wr.Needed); want > w.bytes {
 			c.stats.WindowsWidened++
 		}
+		learn[kind] = windowFor(w.neededBy[kind])
 	case !w.sized && t.Sub(w.first) >= probe:
 		want = windowFor(w.needed)
 		w.sized = true
 		c.stats.WindowsSized++
+		learn = w.byKind()
 	}
+	exe := w.exe
 	if want <= w.bytes {
 		c.mu.Unlock()
+		c.learnExeWindow(exe, learn)
 		return
 	}
 	w.bytes = max(w.bytes, want)
 	want = w.bytes
-	exe := w.exe
 	c.mu.Unlock()
 	if err := c.opts.StackWindow(pid, want); err != nil {
 		c.stats.WindowsUnset++
 		c.log.Warn("set the stack window; its stacks keep the window they had", "pid", pid, "bytes", want, "error", err)
 	}
-	c.learnExeWindow(exe, want)
+	c.learnExeWindow(exe, learn)
 }
 
-// learnExeWindow gives exe a window of at least bytes (Options.ExeWindow).
-func (c *Collector) learnExeWindow(exe exeKey, bytes uint32) {
-	if c.opts.ExeWindow == nil || exe.ino == 0 || bytes == 0 {
+// Kinds of a sample's ip, for an executable's window (the kernel's struct
+// exe_window): in the executable's own code, or elsewhere (its loader as
+// the process starts, its libraries). A short-lived process's loader
+// phase needs the widest window, its own code often the first chunk only.
+const (
+	inExe = iota
+	elsewhere
+)
+
+// ipKind is the kind of ip in p: inExe when the mapping it is in is the
+// executable's, as the kernel's mm->start_code to end_code.
+func ipKind(p *proc.Process, ip uint64) int {
+	if p != nil && p.Exe != "" {
+		if m := p.Find(ip); m != nil && m.Path == p.Exe {
+			return inExe
+		}
+	}
+	return elsewhere
+}
+
+// byKind is the window each kind of ip of w's samples needs; 0 for a kind
+// none of them had.
+func (w *window) byKind() (by [2]uint32) {
+	for k := range by {
+		if w.seen[k] {
+			by[k] = windowFor(w.neededBy[k])
+		}
+	}
+	return by
+}
+
+// learnExeWindow gives exe, for each kind of ip, a window of at least by's
+// bytes (Options.ExeWindow); 0 teaches nothing.
+func (c *Collector) learnExeWindow(exe exeKey, by [2]uint32) {
+	if c.opts.ExeWindow == nil || exe.ino == 0 || by == [2]uint32{} {
 		return
 	}
 	c.mu.Lock()
-	if c.exeWindows[exe] >= bytes {
+	cur := c.exeWindows[exe]
+	next := [2]uint32{max(cur[0], by[0]), max(cur[1], by[1])}
+	if next == cur {
 		c.mu.Unlock()
 		return
 	}
 	if c.exeWindows == nil || len(c.exeWindows) >= maxExeWindows {
-		c.exeWindows = map[exeKey]uint32{}
+		c.exeWindows = map[exeKey][2]uint32{}
 	}
-	c.exeWindows[exe] = bytes
+	c.exeWindows[exe] = next
 	c.mu.Unlock()
-	if err := c.opts.ExeWindow(exe.dev, exe.ino, bytes); err != nil {
+	if err := c.opts.ExeWindow(exe.dev, exe.ino, next[inExe], next[elsewhere]); err != nil {
 		c.stats.WindowsUnset++
-		c.log.Warn("set the stack window of an executable; its new processes keep the default", "ino", exe.ino, "bytes", bytes, "error", err)
+		c.log.Warn("set the stack window of an executable; its new processes keep the default", "ino", exe.ino, "bytes", next, "error", err)
 	}
 }
 
@@ -632,11 +678,11 @@ func (c *Collector) dropWindow(pid uint32) {
 	w, ok := c.windows[pid]
 	delete(c.windows, pid)
 	c.mu.Unlock()
-	if ok && !w.sized && w.bytes == 0 && w.needed > 0 {
+	if ok && !w.sized && w.bytes == 0 {
 		// Gone (or another image) before its window was sized: what
 		// its stacks needed is all the file's next processes have to
 		// go by.
-		c.learnExeWindow(w.exe, windowFor(w.needed))
+		c.learnExeWindow(w.exe, w.byKind())
 	}
 	if ok && w.bytes != 0 && c.opts.StackWindow != nil {
 		if err := c.opts.StackWindow(pid, 0); err != nil {

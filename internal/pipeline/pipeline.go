@@ -254,7 +254,7 @@ func New(cfg Config, src Source, parts Parts) (*Pipeline, error) {
 		opts.StackWindow = w.SetStackWindow
 	}
 	if w, ok := src.(interface {
-		SetExeWindow(dev uint32, ino uint64, bytes uint32) error
+		SetExeWindow(dev uint32, ino uint64, inExe, other uint32) error
 	}); ok && opts.StackWindow != nil {
 		opts.ExeWindow = w.SetExeWindow
 	}

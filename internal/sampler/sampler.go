@@ -415,11 +415,14 @@ func (s *Sampler) SetStackWindow(pid, bytes uint32) error {
 // for the processes of the executable dev and ino name (the kernel's dev_t,
 // major << 20 | minor, and inode, as ExecImage has them) until a process
 // has a window of its own (SetStackWindow), in place of
-// Options.NewProcessWindow. The kernel keeps the most recently used
-// executables' windows; a file it dropped goes back to
-// Options.NewProcessWindow.
-func (s *Sampler) SetExeWindow(dev uint32, ino uint64, bytes uint32) error {
-	return s.objs.ExeWindows.Put(bpf.SamplerExeKey{Ino: ino, Dev: dev}, min(bytes, WindowMax))
+// Options.NewProcessWindow: inExe for a sample whose ip is in the
+// executable's own code, other for one elsewhere (its loader, its
+// libraries); 0 keeps Options.NewProcessWindow for that kind. The kernel
+// keeps the most recently used executables' windows; a file it dropped
+// goes back to Options.NewProcessWindow.
+func (s *Sampler) SetExeWindow(dev uint32, ino uint64, inExe, other uint32) error {
+	return s.objs.ExeWindows.Put(bpf.SamplerExeKey{Ino: ino, Dev: dev},
+		bpf.SamplerExeWindow{InExe: min(inExe, WindowMax), Other: min(other, WindowMax)})
 }
 
 // DeleteProcConfig forgets pid's configuration.
