@@ -96,6 +96,17 @@ func newTable(f *elf.File, pclntab func() (*gopclntab.Table, error)) (*Table, er
 			t.size += dbg.heapBytes()
 		}
 	}
+	// Last: a PLT no frame section covers (aarch64's linkers write none),
+	// and in a small aarch64 file with no frame section at all (the
+	// vDSO), the functions verified to be leaves.
+	if p := newPLTStubs(f); p != nil {
+		t.sources = append(t.sources, p)
+	}
+	if len(t.frames) == 0 && !isGo {
+		if l := newLeafFuncs(f); l != nil {
+			t.sources = append(t.sources, l)
+		}
+	}
 	return t, nil
 }
 
