@@ -359,6 +359,10 @@ func New(opts Options) *Collector {
 		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger,
 			unwind.CacheOptions{Pclntabs: opts.Symbolizer.Pclntabs()})}
 	}
+	if lf, ok := opts.Leaf.(*CFILeafFixer); ok && lf.VDSO == nil {
+		// The [vdso] frames' rules from the image that names them.
+		lf.VDSO = opts.VDSO
+	}
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
 }
 

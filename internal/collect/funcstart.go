@@ -25,7 +25,7 @@ func (f *CFILeafFixer) FunctionStart(p *proc.Process, m *proc.Mapping, addr uint
 	if m.Anonymous() {
 		return 0, false
 	}
-	e := f.entry(p, m, leafKey{m.Dev, m.Inode})
+	e := f.entry(p.OpenPath(m), leafKey{m.Dev, m.Inode})
 	if e.key == "" {
 		return 0, false
 	}

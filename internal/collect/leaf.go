@@ -35,6 +35,10 @@ type CFILeafFixer struct {
 	// PACMask holds the pointer-authentication bits of arm64 return
 	// addresses (unwind.Stack.PACMask).
 	PACMask uint64
+	// VDSO is the kernel's vDSO image, whose rules are those of every
+	// 64-bit process's [vdso] mapping (the collector sets its own copy);
+	// nil leaves [vdso] frames without rules: the kernel's chain there.
+	VDSO *symbolize.VDSO
 
 	mu       sync.Mutex
 	seedInit sync.Once
@@ -100,6 +104,19 @@ type leafKey struct {
 	inode uint64
 }
 
+// vdsoKey names the [vdso] mapping's rules, which no file holds: those of
+// CFILeafFixer.VDSO.
+var vdsoKey = leafKey{dev: "[vdso]"}
+
+// keyOf names the rules of m: its file's, or for the [vdso] mapping of a
+// 64-bit process the image's (vdsoKey).
+func (f *CFILeafFixer) keyOf(m *proc.Mapping) leafKey {
+	if m.Anonymous() && m.Path == "[vdso]" && f.VDSO.Covers(m.Start, m.End) {
+		return vdsoKey
+	}
+	return leafKey{m.Dev, m.Inode}
+}
+
 type leafEntry struct {
 	progs []*elf.Prog // PT_LOAD headers only
 	key   string      // the file's identity in Tables; empty when unreadable
@@ -125,7 +142,7 @@ func (f *CFILeafFixer) RecoverCallerLR(p *proc.Process, m *proc.Mapping, ip, lr 
 
 // rule returns the CFA rule at ip, Unknown when there is none.
 func (f *CFILeafFixer) rule(p *proc.Process, m *proc.Mapping, ip uint64) unwind.Rule {
-	k := leafKey{m.Dev, m.Inode}
+	k := f.keyOf(m)
 	f.mu.Lock()
 	known := f.rules[k]
 	f.mu.Unlock()
@@ -150,7 +167,11 @@ func (f *CFILeafFixer) ruleIn(p *proc.Process, m *proc.Mapping, k leafKey, known
 }
 
 func (f *CFILeafFixer) lookup(p *proc.Process, m *proc.Mapping, k leafKey, ip uint64) unwind.Rule {
-	e := f.entry(p, m, k)
+	path := p.OpenPath(m)
+	if k == vdsoKey {
+		path = f.VDSO.Path()
+	}
+	e := f.entry(path, k)
 	if e.key == "" {
 		return unwind.Rule{}
 	}
@@ -159,7 +180,7 @@ func (f *CFILeafFixer) lookup(p *proc.Process, m *proc.Mapping, k leafKey, ip ui
 		return unwind.Rule{}
 	}
 	// Read again if it was evicted or went idle since.
-	t, err := f.Tables.Table(e.key, p.OpenPath(m))
+	t, err := f.Tables.Table(e.key, path)
 	if err != nil {
 		return unwind.Rule{}
 	}
@@ -170,7 +191,7 @@ func (f *CFILeafFixer) lookup(p *proc.Process, m *proc.Mapping, k leafKey, ip ui
 	return rule
 }
 
-func (f *CFILeafFixer) entry(p *proc.Process, m *proc.Mapping, k leafKey) leafEntry {
+func (f *CFILeafFixer) entry(openPath string, k leafKey) leafEntry {
 	f.mu.Lock()
 	e, ok := f.byMapping[k]
 	f.mu.Unlock()
@@ -178,7 +199,7 @@ func (f *CFILeafFixer) entry(p *proc.Process, m *proc.Mapping, k leafKey) leafEn
 		return e
 	}
 	// A failure is remembered too (no key): one attempt per mapping.
-	e = f.load(p.OpenPath(m))
+	e = f.load(openPath)
 	f.mu.Lock()
 	if f.byMapping == nil || len(f.byMapping) >= maxLeafEntries {
 		f.byMapping = map[leafKey]leafEntry{}
@@ -268,10 +289,10 @@ func (f *CFILeafFixer) Unwind(p *proc.Process, r *sampler.Record, dst []uint64) 
 			if m = p.Find(pc); m == nil {
 				return unwind.Rule{}
 			}
-			k = leafKey{m.Dev, m.Inode}
+			k = f.keyOf(m)
 			known = f.rules[k]
 		}
-		if m.Anonymous() {
+		if m.Anonymous() && k != vdsoKey {
 			// Executable memory no file backs, other than the kernel's
 			// special regions ([vdso]): a JIT's code, whose frames the
 			// walk may leave by their frame-pointer link.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,55 @@ func TestLeafTablesGoIdle(t *testing.T) {
 	caller := uint64(reflect.ValueOf(callerMarker).Pointer())
 	if r := f.rule(p, m, caller); r != want || tables.Len() != 1 {
 		t.Errorf("new ip after the table went idle: rule %+v with %d tables, want %+v from the table read again", r, tables.Len(), want)
+	}
+}
+
+// The [vdso] mapping's rules come from the collector's copy of the image
+// (CFILeafFixer.VDSO): without it the vDSO has none, and the walk there
+// follows the kernel's chain, which skips a frameless caller.
+func TestLeafVDSORules(t *testing.T) {
+	v, err := symbolize.SelfVDSO()
+	if err != nil {
+		t.Skipf("no vDSO: %v", err)
+	}
+	ef, err := elf.Open(v.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, _ := ef.DynamicSymbols()
+	ef.Close()
+	var fn elf.Symbol
+	for _, s := range syms {
+		if strings.Contains(s.Name, "clock_gettime") && s.Size > 0 {
+			fn = s
+		}
+	}
+	if fn.Size == 0 {
+		t.Fatal("no clock_gettime in the vDSO")
+	}
+	p := proc.NewTracker("/proc", nil).Get(uint32(os.Getpid()))
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *proc.Mapping
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.HasSuffix(line, "[vdso]") {
+			lo, _, _ := strings.Cut(line, "-")
+			start, _ := strconv.ParseUint(lo, 16, 64)
+			m = p.Find(start)
+		}
+	}
+	if m == nil || m.Path != "[vdso]" {
+		t.Fatal("no [vdso] mapping in this process")
+	}
+	ip := m.Start + fn.Value // its entry: CFA from sp on either architecture
+	without := &CFILeafFixer{Tables: unwind.NewCache(nil, unwind.CacheOptions{})}
+	if r := without.rule(p, m, ip); r.Kind != unwind.Unknown {
+		t.Fatalf("without the image: rule %+v, want none", r)
+	}
+	with := &CFILeafFixer{Tables: unwind.NewCache(nil, unwind.CacheOptions{}), VDSO: v}
+	if r := with.rule(p, m, ip); r.Kind != unwind.SPOffset {
+		t.Fatalf("%s in [vdso]: rule %+v, want the CFA from sp (its .eh_frame, or a verified leaf's)", fn.Name, r)
 	}
 }
