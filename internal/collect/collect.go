@@ -40,13 +40,11 @@ type LRLeafFixer interface {
 // the link register rather than on the stack.
 var linkRegister = runtime.GOARCH == "arm64"
 
-// arm64Hybrid turns on the hybrid walk for arm64 samples. It is off by
-// default until the arm64 guest meets x86-64's bars (docs/kernels.md):
-// there, gcc's frames are unwound from the window, and cutting them at
-// its end lost the entry on about 1 % of the chain fixture's stacks that
-// the kernel's frame-record chain reaches. SPANPROF_ARM64_HYBRID=1 turns
-// it on (the matrix's unwind step sets it).
-var arm64Hybrid = os.Getenv("SPANPROF_ARM64_HYBRID") == "1"
+// arm64Hybrid turns on the hybrid walk for arm64 samples: on unless
+// SPANPROF_ARM64_HYBRID=0, which leaves arm64 stacks to the kernel's
+// frame-record chain and the leaf's caller from the link register (the
+// walk before 2026-12-04, docs/unwinding.md).
+var arm64Hybrid = os.Getenv("SPANPROF_ARM64_HYBRID") != "0"
 
 // SizesWindows says whether the collector unwinds user stacks in the
 // window the kernel copies, and so sizes each process's window
