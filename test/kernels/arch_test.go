@@ -60,11 +60,11 @@ var arches = map[string]arch{
 		},
 		fixtureOut: "build",
 		// 6.12+deb13 is Debian 13's build of 6.12, a different stable
-		// release and configuration from Debian 12's backport. 5.10, the
-		// floor (Debian 11), boots with SPANPROF_KERNELS=5.10 only: its
-		// on-CPU sample rate misses the bar in every run so far
-		// (docs/kernels.md), and a default kernel must pass.
-		kernels: []string{"6.1", "6.12", "6.12+deb13"},
+		// release and configuration from Debian 12's backport. 5.10 is
+		// the floor (Debian 11), run with the compat object; its guest
+		// loses timer ticks only when the host is loaded beside it
+		// (docs/kernels.md), and make test runs one package at a time.
+		kernels: []string{"5.10", "6.1", "6.12", "6.12+deb13"},
 	},
 	"arm64": {
 		goarch:   "arm64",
