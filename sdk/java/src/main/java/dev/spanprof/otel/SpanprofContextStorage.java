@@ -38,6 +38,8 @@ final class SpanprofContextStorage implements ContextStorage {
   static final class PerThread {
     Context current;
     final Object state = stateFor();
+    /** The thread this is of: a scope's close on it needs no thread-local lookup. */
+    final Thread thread = Thread.currentThread();
   }
 
   SpanprofContextStorage(ContextStorage delegate) {
@@ -190,9 +192,9 @@ final class SpanprofContextStorage implements ContextStorage {
 
     @Override
     public void close() {
-      PerThread t = STATE.get();
-      if (t != owner) {
-        closeForeign(t);
+      PerThread t = owner;
+      if (Thread.currentThread() != t.thread) {
+        closeForeign(STATE.get());
         return;
       }
       if (closed || t.current != attached) {
