@@ -357,8 +357,10 @@ func New(opts Options) *Collector {
 		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger,
 			unwind.CacheOptions{Pclntabs: opts.Symbolizer.Pclntabs()})}
 	}
-	if lf, ok := opts.Leaf.(*CFILeafFixer); ok && lf.VDSO == nil {
-		// The [vdso] frames' rules from the image that names them.
+	if lf, ok := opts.Leaf.(*CFILeafFixer); ok && lf.VDSO == nil && linkRegister {
+		// The [vdso] frames' rules from the image that names them: on
+		// arm64, whose vDSO leaves keep no frame record. x86-64's keeps
+		// frame pointers, and its frames stay the kernel's chain.
 		lf.VDSO = opts.VDSO
 	}
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}
