@@ -95,8 +95,13 @@ func TestOffCPUCoinProbability(t *testing.T) {
 		}
 		q := min(1, float64(cycle)/float64(T))
 		sd := math.Sqrt(q * (1 - q) / float64(n))
-		if got := float64(hits) / float64(n); math.Abs(got-q) > 5*sd+1e-9 {
-			t.Errorf("cycle %d: coin landed %.5f of the time, want %.5f ± %.5f", cycle, got, q, 5*sd)
+		// Five standard deviations, and five coins more: where q is
+		// within a few coins of 1 (cycle 999,999: 0.41 misses expected)
+		// the count is Poisson, not normal, and four misses (one run in
+		// about 1,200) lay beyond 5 sd alone.
+		tol := 5*sd + 5/float64(n)
+		if got := float64(hits) / float64(n); math.Abs(got-q) > tol {
+			t.Errorf("cycle %d: coin landed %.6f of the time, want %.6f ± %.6f", cycle, got, q, tol)
 		}
 	}
 }
