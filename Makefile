@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/web/live/chstore ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test unit vet demo demo-trace demo-trace-clickhouse demo-polyglot demo-polyglot-clickhouse bench bench-serve bench-serve-store soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench java-bench-paired python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
+	java-sdk java-sdk-test java-sdk-test-summary java-bench java-bench-paired java-bench-paired-jvms python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
 
@@ -263,6 +263,27 @@ java-bench-paired: java-sdk
 	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
 	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
 		dev.spanprof.otel.PairedLifecycle $(PAIRED_ARGS)
+
+# The same in PAIRED_JVMS fresh JVMs per Java version (17 and 25, taking
+# turns): the code a JVM compiles, and with it the ns added, differs from
+# one JVM to the next by more than the rounds within one do (40 to 100 ns
+# over eight JVMs here), so one JVM's median says little about the bar.
+# Prints each JVM's median and, per version, the median of them.
+PAIRED_JVMS ?= 10
+java-bench-paired-jvms: java-sdk
+	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
+	@cd sdk/java && for i in $$(seq $(PAIRED_JVMS)); do for j in $(JAVA17) $(JAVA25); do \
+		[ -x $$j/bin/java ] || { echo "java-bench-paired-jvms: no java at $$j" >&2; exit 1; }; \
+		r=$$($$j/bin/java --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+			dev.spanprof.otel.PairedLifecycle $(PAIRED_ARGS)) || exit 1; \
+		v=$$(echo "$$r" | sed -n 's/^spanLifecycle paired: java \([0-9]*\).*/\1/p'); \
+		a=$$(echo "$$r" | sed -n 's/^  thread cpu *added median \([-0-9.]*\) .*plain median \([0-9.]*\),.*/\1 \2/p'); \
+		echo "Java $$v JVM $$i: added $${a% *} ns per span, plain $${a#* } ns"; \
+	done; done | tee /dev/stderr | awk '{ added[$$2] = added[$$2] " " $$6 } END { \
+		for (v in added) { n = split(added[v], x, " "); \
+			for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] + 0 < x[i] + 0) { t = x[i]; x[i] = x[j]; x[j] = t } \
+			m = n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2; \
+			printf "Java %s: median over %d JVMs %.1f ns added per span (JVM medians %s .. %s)\n", v, n, m, x[1], x[n] } }'
 
 # The Python SDK (sdk/python) under each pyenv CPython: a venv per version
 # in $(OUT)/python/VERSION/venv with the pinned OpenTelemetry packages of
