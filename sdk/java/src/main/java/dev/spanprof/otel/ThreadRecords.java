@@ -33,10 +33,8 @@ final class ThreadRecords {
       MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
   private static final VarHandle SLOT =
       MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.nativeOrder());
-  private static final VarHandle BUF_LONG_BE =
-      MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
-  private static final VarHandle BUF_SHORT_HOST =
-      MethodHandles.byteBufferViewVarHandle(short[].class, ByteOrder.nativeOrder());
+  private static final VarHandle SHORT_HOST =
+      MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.nativeOrder());
   final Thread owner;
   private final ByteBuffer recs;
   private final ByteBuffer slot;
@@ -50,6 +48,13 @@ final class ThreadRecords {
   private long traceLo;
   /** The ids' hex digits, copied here to be parsed eight at a time. */
   private final byte[] hex = new byte[48];
+  /**
+   * A header built on the heap, then copied into the direct buffer in one bulk put. Six stores
+   * straight into the buffer each go through the buffer's memory-session checks, which C2 does
+   * not always inline where the span processor is itself inlined deep in the SDK's startSpan:
+   * in the slower JVMs of Java 25 they stayed calls (BENCHMARKS.md).
+   */
+  private final byte[] hdr = new byte[28];
   /**
    * The buffer holding the record of the span last started on this thread (span processor),
    * written there at its start for its first attach; -1: none.
@@ -234,13 +239,14 @@ final class ThreadRecords {
     } else {
       sc.getSpanId().getBytes(0, 16, h, 32);
     }
-    ByteBuffer r = recs;
-    BUF_LONG_BE.set(r, off, traceHi);
-    BUF_LONG_BE.set(r, off + 8, traceLo);
-    BUF_LONG_BE.set(r, off + 16, hex64(h, 32));
-    r.put(off + 24, (byte) 1);
-    r.put(off + 25, sc.getTraceFlags().asByte());
-    BUF_SHORT_HOST.set(r, off + 26, (short) attrLen);
+    byte[] d = hdr;
+    LONG_BE.set(d, 0, traceHi);
+    LONG_BE.set(d, 8, traceLo);
+    LONG_BE.set(d, 16, hex64(h, 32));
+    d[24] = 1;
+    d[25] = sc.getTraceFlags().asByte();
+    SHORT_HOST.set(d, 26, (short) attrLen);
+    recs.put(off, d, 0, 28);
   }
 
   /** Restores the state a scope saw before its attach. */
