@@ -268,7 +268,9 @@ java-bench-paired: java-sdk
 # turns): the code a JVM compiles, and with it the ns added, differs from
 # one JVM to the next by more than the rounds within one do (40 to 100 ns
 # over eight JVMs here), so one JVM's median says little about the bar.
-# Prints each JVM's median and, per version, the median of them.
+# Prints each JVM's median and, per version, the median of them, with
+# the plain SDK's own time per span: it rises with the host's load, and
+# what spanprof adds rises with it.
 PAIRED_JVMS ?= 10
 java-bench-paired-jvms: java-sdk
 	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
@@ -279,11 +281,12 @@ java-bench-paired-jvms: java-sdk
 		v=$$(echo "$$r" | sed -n 's/^spanLifecycle paired: java \([0-9]*\).*/\1/p'); \
 		a=$$(echo "$$r" | sed -n 's/^  thread cpu *added median \([-0-9.]*\) .*plain median \([0-9.]*\),.*/\1 \2/p'); \
 		echo "Java $$v JVM $$i: added $${a% *} ns per span, plain $${a#* } ns"; \
-	done; done | tee /dev/stderr | awk '{ added[$$2] = added[$$2] " " $$6 } END { \
+	done; done | tee /dev/stderr | awk '{ added[$$2] = added[$$2] " " $$6; \
+			if (!($$2 in lo) || $$11 + 0 < lo[$$2]) lo[$$2] = $$11 + 0; if ($$11 + 0 > hi[$$2]) hi[$$2] = $$11 + 0 } END { \
 		for (v in added) { n = split(added[v], x, " "); \
 			for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (x[j] + 0 < x[i] + 0) { t = x[i]; x[i] = x[j]; x[j] = t } \
 			m = n % 2 ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2; \
-			printf "Java %s: median over %d JVMs %.1f ns added per span (JVM medians %s .. %s)\n", v, n, m, x[1], x[n] } }'
+			printf "Java %s: median over %d JVMs %.1f ns added per span (JVM medians %s .. %s; the plain SDK %.1f .. %.1f ns per span)\n", v, n, m, x[1], x[n], lo[v], hi[v] } }'
 
 # The Python SDK (sdk/python) under each pyenv CPython: a venv per version
 # in $(OUT)/python/VERSION/venv with the pinned OpenTelemetry packages of
