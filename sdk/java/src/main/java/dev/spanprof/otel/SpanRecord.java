@@ -2,9 +2,6 @@ package dev.spanprof.otel;
 
 import io.opentelemetry.api.trace.Span;
 import io.opentelemetry.api.trace.SpanContext;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-import java.nio.ByteOrder;
 import java.util.Arrays;
 
 /**
@@ -32,10 +29,6 @@ import java.util.Arrays;
 final class SpanRecord {
   static final int SLOTS = 4096;
   private static final SpanRecord[] TABLE = new SpanRecord[SLOTS];
-  private static final VarHandle LONG_BE =
-      MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.BIG_ENDIAN);
-  private static final VarHandle SHORT_HOST =
-      MethodHandles.byteArrayViewVarHandle(short[].class, ByteOrder.nativeOrder());
   /** The last attribute encodings built, by the name's length: spans of one endpoint share them. */
   private static final Encoded[] ENCODED = new Encoded[32];
 
@@ -128,8 +121,7 @@ final class SpanRecord {
     int len = 28 + attrs.length;
     byte[] rec = new byte[len + 32];
     System.arraycopy(attrs, 0, rec, 28, attrs.length);
-    ids(sc, rec, len);
-    attrLen(rec, attrs.length);
+    header(sc, rec, len, attrs.length);
     SpanRecord r = new SpanRecord(sc, name, server, writes, rec, len);
     TABLE[slot(sc.getSpanId())] = r;
     return r;
@@ -150,24 +142,16 @@ final class SpanRecord {
     return a;
   }
 
-  /** The header: ids (hex parsed in the spare bytes at tail), valid, flags. */
+  /** The header: ids (hex parsed in the spare bytes at tail), valid, flags, attributes' size. */
   @SuppressWarnings("deprecation") // getBytes(int, int, byte[], int): a plain copy of ASCII
-  static void ids(SpanContext sc, byte[] rec, int tail) {
+  static void header(SpanContext sc, byte[] rec, int tail, int attrLen) {
     // The digits copied first, then parsed (as ThreadRecords.header).
     sc.getTraceId().getBytes(0, 32, rec, tail);
     long hi = ThreadRecords.hex64(rec, tail);
     long lo = ThreadRecords.hex64(rec, tail + 16);
     sc.getSpanId().getBytes(0, 16, rec, tail);
     long s = ThreadRecords.hex64(rec, tail);
-    LONG_BE.set(rec, 0, hi);
-    LONG_BE.set(rec, 8, lo);
-    LONG_BE.set(rec, 16, s);
-    rec[24] = 1;
-    rec[25] = sc.getTraceFlags().asByte();
-  }
-
-  static void attrLen(byte[] rec, int n) {
-    SHORT_HOST.set(rec, 26, (short) n);
+    ThreadRecords.putHeader(rec, hi, lo, s, sc.getTraceFlags().asByte(), attrLen);
   }
 
   /** Empties the table (tests). */

@@ -239,14 +239,21 @@ final class ThreadRecords {
     } else {
       sc.getSpanId().getBytes(0, 16, h, 32);
     }
-    byte[] d = hdr;
-    LONG_BE.set(d, 0, traceHi);
-    LONG_BE.set(d, 8, traceLo);
-    LONG_BE.set(d, 16, hex64(h, 32));
-    d[24] = 1;
-    d[25] = sc.getTraceFlags().asByte();
-    SHORT_HOST.set(d, 26, (short) attrLen);
-    recs.put(off, d, 0, 28);
+    putHeader(hdr, traceHi, traceLo, hex64(h, 32), sc.getTraceFlags().asByte(), attrLen);
+    recs.put(off, hdr, 0, 28);
+  }
+
+  /**
+   * Writes a record's 28-byte header at b[0]: the ids (big-endian), valid, flags and the
+   * attributes' size (host order).
+   */
+  static void putHeader(byte[] b, long traceHi, long traceLo, long spanId, byte flags, int attrLen) {
+    LONG_BE.set(b, 0, traceHi);
+    LONG_BE.set(b, 8, traceLo);
+    LONG_BE.set(b, 16, spanId);
+    b[24] = 1;
+    b[25] = flags;
+    SHORT_HOST.set(b, 26, (short) attrLen);
   }
 
   /** Restores the state a scope saw before its attach. */
