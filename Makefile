@@ -25,7 +25,7 @@ RACE_PKGS := ./internal/agent ./internal/collect ./internal/correlate ./internal
 	./internal/web ./internal/web/live/chstore ./internal/debuginfod ./internal/gowait ./internal/sampler ./internal/symbolize ./internal/unwind ./internal/gopclntab
 
 .PHONY: all build generate check-generated deps bench-deps tracework-deps clickhouse-deps test unit vet demo demo-trace demo-trace-clickhouse demo-polyglot demo-polyglot-clickhouse bench bench-serve bench-serve-store soak kernels clean \
-	java-sdk java-sdk-test java-sdk-test-summary java-bench java-bench-paired java-bench-paired-jvms python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
+	java-sdk java-sdk-test java-sdk-test-summary java-test-classes java-bench java-bench-paired java-bench-paired-jvms python-venvs python-sdk-test python-bench writer-ddjava-deps writer-ddnode-deps writer-elastic-deps writer-ddpython-deps
 
 all: build
 
@@ -244,13 +244,18 @@ java-sdk-test-summary:
 	@cat sdk/java/build/surefire-reports/TEST-*.xml | grep -o '<testsuite [^>]*' | \
 		sed -E 's/.*tests="([0-9]+)".*errors="([0-9]+)".*skipped="([0-9]+)".*failures="([0-9]+)".*/sdk\/java (Java $(JVER)): \1 tests, \2 errors, \4 failures, \3 skipped/'
 
+# The SDK's test classes and their classpath (JMH, the OpenTelemetry SDK),
+# for the benchmarks below; JAVA_TEST_CP is that classpath from sdk/java.
+JAVA_TEST_CP = build/classes:build/test-classes:$$(cat build/test-classpath.txt)
+java-test-classes: java-sdk
+	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
+
 # JMH: ns per context attach+restore with the spanprof wrapper against the
 # plain SDK storage (sdk/java/src/test/java/dev/spanprof/otel/bench).
 # JMH_JAVA=$(JAVA25)/bin/java times it on Java 25.
 JMH_JAVA ?= $(JAVA17)/bin/java
-java-bench: java-sdk
-	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
-	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+java-bench: java-test-classes
+	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp $(JAVA_TEST_CP) \
 		org.openjdk.jmh.Main $(JMH_FLAGS) dev.spanprof.otel.bench
 
 # spanLifecycle (start a server span, attach, close, end) timed with and
@@ -259,9 +264,8 @@ java-bench: java-sdk
 # on a machine shared with other work the load weighs on both sides alike.
 # PAIRED_ARGS: rounds, ops per block, part (all, processor, storage).
 PAIRED_ARGS ?= 300 10000 all
-java-bench-paired: java-sdk
-	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
-	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+java-bench-paired: java-test-classes
+	cd sdk/java && $(JMH_JAVA) --enable-native-access=ALL-UNNAMED -cp $(JAVA_TEST_CP) \
 		dev.spanprof.otel.PairedLifecycle $(PAIRED_ARGS)
 
 # The same in PAIRED_JVMS fresh JVMs per Java version (17 and 25, taking
@@ -272,11 +276,10 @@ java-bench-paired: java-sdk
 # the plain SDK's own time per span: it rises with the host's load, and
 # what spanprof adds rises with it.
 PAIRED_JVMS ?= 10
-java-bench-paired-jvms: java-sdk
-	$(MVN) test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=build/test-classpath.txt
+java-bench-paired-jvms: java-test-classes
 	@cd sdk/java && for i in $$(seq $(PAIRED_JVMS)); do for j in $(JAVA17) $(JAVA25); do \
 		[ -x $$j/bin/java ] || { echo "java-bench-paired-jvms: no java at $$j" >&2; exit 1; }; \
-		r=$$($$j/bin/java --enable-native-access=ALL-UNNAMED -cp build/classes:build/test-classes:$$(cat build/test-classpath.txt) \
+		r=$$($$j/bin/java --enable-native-access=ALL-UNNAMED -cp $(JAVA_TEST_CP) \
 			dev.spanprof.otel.PairedLifecycle $(PAIRED_ARGS)) || exit 1; \
 		v=$$(echo "$$r" | sed -n 's/^spanLifecycle paired: java \([0-9]*\).*/\1/p'); \
 		a=$$(echo "$$r" | sed -n 's/^  thread cpu *added median \([-0-9.]*\) .*plain median \([0-9.]*\),.*/\1 \2/p'); \
