@@ -52,10 +52,30 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	fi
 
+# The OpenTelemetry eBPF profiler, measured side by side in the per-sample
+# phase (spanbench -otel-profiler), built once from the Go module proxy
+# into $(OTEL_EBPF_PROFILER). Built in a scratch module: `go install
+# pkg@version` also asks for the module's version list (deprecations), which
+# a proxy may not serve. A failed build (no network) fails nothing: the
+# bench then reports the peer as not measured, with the last line of
+# $(OTEL_EBPF_PROFILER).build.log.
+OTEL_EBPF_PROFILER_VERSION ?= v0.0.202633
+OTEL_EBPF_PROFILER := $(OUT)/peers/ebpf-profiler
 bench-deps: deps
 	@if ! command -v bpftrace >/dev/null || ! command -v perf >/dev/null || [ ! -x /usr/sbin/offcputime ] || \
 		! dpkg -s libc6-dbg >/dev/null 2>&1 || ! command -v clickhouse-server >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BENCH_PACKAGES); \
+	fi
+	@if [ ! -x $(OTEL_EBPF_PROFILER) ]; then \
+		mkdir -p $(dir $(OTEL_EBPF_PROFILER)); out=$(abspath $(OTEL_EBPF_PROFILER)); mod=$$(mktemp -d); \
+		if (cd $$mod && $(GO) mod init peers && \
+			$(GO) get -tool go.opentelemetry.io/ebpf-profiler@$(OTEL_EBPF_PROFILER_VERSION) && \
+			CGO_ENABLED=0 $(GO) build -o $$out go.opentelemetry.io/ebpf-profiler) >$$out.build.log 2>&1; then \
+			rm -f $$out.build.log; \
+		else \
+			echo "bench-deps: ebpf-profiler $(OTEL_EBPF_PROFILER_VERSION) not built (see $(OTEL_EBPF_PROFILER).build.log); the bench reports it as not measured"; \
+		fi; \
+		rm -rf $$mod; \
 	fi
 
 # Side-by-side benchmarks (root, about 15 minutes): spanprof against

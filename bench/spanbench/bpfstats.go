@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // progKind sorts a profiler's programs by what they run on.
@@ -111,8 +112,15 @@ func readStats(ids map[ebpf.ProgramID]progKind, k progKind) progStat {
 	return s
 }
 
-// enableBPFStats turns kernel.bpf_stats_enabled on and returns a restore.
+// enableBPFStats turns eBPF run-time stats on and returns a restore. It
+// holds a BPF_ENABLE_STATS reference of its own (Linux 5.8): stats stay on
+// for as long as this bench runs even when another bench on the machine,
+// ending, writes kernel.bpf_stats_enabled back to 0 (the sysctl is one
+// shared switch). The sysctl is the fallback on older kernels.
 func enableBPFStats() (func(), error) {
+	if c, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME); err == nil {
+		return func() { _ = c.Close() }, nil
+	}
 	const path = "/proc/sys/kernel/bpf_stats_enabled"
 	old, err := os.ReadFile(path)
 	if err != nil {

@@ -29,8 +29,12 @@ type bench struct {
 	agentCases                           map[string]bool
 	log                                  *os.File
 
+	// otelBin is the OpenTelemetry eBPF profiler binary; "" when not measured.
+	otelBin string
+
 	slow   []slowRow
 	side   []sideRow
+	otel   otelPeer
 	freq   []costRow
 	procs  []costRow
 	agents []costRow
@@ -45,11 +49,17 @@ type bench struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == seccompRlimitFlag {
+		err := seccompRlimitExec(os.Args[2:])
+		fmt.Fprintf(os.Stderr, "spanbench %s: %v\n", seccompRlimitFlag, err)
+		os.Exit(126)
+	}
 	b := &bench{log: os.Stderr, started: time.Now()}
 	var out, phases, cases string
 	flag.StringVar(&b.spanprof, "spanprof", "bin/spanprof", "spanprof binary")
 	flag.IntVar(&b.rounds, "rounds", 3, "interleaved rounds of every comparison")
 	flag.IntVar(&b.instances, "instances", 2, "chain-clang instances at once (one per CPU)")
+	flag.StringVar(&b.otelBin, "otel-profiler", otelDefault, "OpenTelemetry eBPF profiler binary measured side by side in the per-sample phase (make bench-deps builds it); empty: not measured")
 	flag.StringVar(&b.reference, "reference", "", "another spanprof binary measured in the same slowdown rounds (before/after)")
 	flag.IntVar(&b.slowRounds, "slowdown-rounds", 5, "interleaved rounds of the slowdown phase")
 	// About 5.5 s per instance on a quiet machine: long enough that a 1 %
@@ -106,6 +116,9 @@ func (b *bench) run(out string) error {
 	b.spanprof, _ = filepath.Abs(b.spanprof)
 	if b.reference != "" {
 		b.reference, _ = filepath.Abs(b.reference)
+	}
+	if b.otelBin != "" {
+		b.otelBin, _ = filepath.Abs(b.otelBin)
 	}
 	b.chain = filepath.Join(b.root, "testdata/fixtures/build/chain-clang")
 	b.pingpong = filepath.Join(b.root, "testdata/offcpu/build/pingpong")

@@ -63,8 +63,13 @@ const sideWindow = 4 * time.Second
 // runPerSample measures eBPF time per on-CPU sample of spanprof against
 // bpftrace's generic stack sampler with both attached at once to the same
 // workload, over the same window. Measured apart, the two runs see
-// different machine load; side by side, only the programs differ.
+// different machine load; side by side, only the programs differ. Then
+// the same against the OpenTelemetry eBPF profiler (otelprof.go).
 func (b *bench) runPerSample() error {
+	defer b.otelPrepare()()
+	if b.otel.notMeasured != "" {
+		b.logf("per-sample: OpenTelemetry eBPF profiler not measured: %s", b.otel.notMeasured)
+	}
 	for round := 1; round <= b.rounds; round++ {
 		for _, w := range sideWorkloads() {
 			row, err := b.sideBySide(w, round)
@@ -74,6 +79,11 @@ func (b *bench) runPerSample() error {
 			b.logf("per-sample %s round %d: spanprof %.0f ns, bpftrace %.0f ns, ratio %.2f, reference %.0f ns",
 				w.name, round, row.spanprof.nsPerRun(), row.bpf.nsPerRun(), row.ratio(), row.ref.nsPerRun())
 			b.side = append(b.side, row)
+			if n := len(b.otel.rows); n > 0 && b.otel.rows[n-1].workload == w.name && b.otel.rows[n-1].round == round {
+				o := b.otel.rows[n-1]
+				b.logf("per-sample %s round %d: spanprof %.0f ns, OpenTelemetry profiler %.0f ns, ratio %.3f, %d exports",
+					w.name, round, o.spanprof.nsPerRun(), o.otel.nsPerRun(), o.ratio(), o.exports)
+			}
 		}
 	}
 	return nil
@@ -110,7 +120,14 @@ func (b *bench) sideBySide(w sideWorkload, round int) (sideRow, error) {
 	if err != nil {
 		return row, err
 	}
-	defer bt.stop(btProf.stop, 10*time.Second)
+	btStopped := false
+	stopBT := func() {
+		if !btStopped {
+			btStopped = true
+			bt.stop(btProf.stop, 10*time.Second)
+		}
+	}
+	defer stopBT()
 	var refIDs map[ebpf.ProgramID]progKind
 	if refProf, ok := byName["spanprof (reference build)"]; ok {
 		ref, err := launch(refProf, b.tmp)
@@ -128,6 +145,19 @@ func (b *bench) sideBySide(w sideWorkload, round int) (sideRow, error) {
 	row.ref = readStats(refIDs, kindSample).sub(ref0)
 	if row.spanprof.runs == 0 || row.bpf.runs == 0 {
 		return row, fmt.Errorf("no samples in the window (spanprof %d, bpftrace %d runs)", row.spanprof.runs, row.bpf.runs)
+	}
+	// A second window of the same length: the same spanprof beside the
+	// OpenTelemetry eBPF profiler, bpftrace detached. A failure ends the
+	// peer's windows (each try may wait a minute) but not the phase.
+	if b.otel.measuring() {
+		stopBT()
+		o, err := b.otelWindow(w, round, sp, work)
+		if err != nil {
+			b.otel.failed = fmt.Sprintf("%s, round %d: %v", w.name, round, err)
+			b.logf("per-sample: OpenTelemetry eBPF profiler failed: %v", err)
+		} else {
+			b.otel.rows = append(b.otel.rows, o)
+		}
 	}
 	return row, nil
 }

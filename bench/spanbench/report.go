@@ -140,6 +140,7 @@ func (b *bench) ratios() string {
 				fmt.Sprintf("%.0f / %.0f ns, ratio %.2f", sp, bt, r))
 		}
 	}
+	b.otelBars(&sb, bar)
 	if len(b.slow) > 0 {
 		chain := func(r slowRow) float64 { return r.chainNs }
 		slowBar := func(name, label string) {
@@ -269,6 +270,7 @@ func (b *bench) report() string {
 			"run time and count of each one's perf_event programs (`kernel.bpf_stats_enabled`) over the same %v window; %d rounds.\n\n%s\n",
 			b.instances, sideWindow, b.rounds, b.perSampleTable())
 	}
+	sb.WriteString(b.otelSection())
 	if len(b.slow) > 0 {
 		fmt.Fprintf(&sb, "## Workloads under each profiler\n\n%d × chain-clang fixed mode (%d calls) at once, then pingpong for %d s; "+
 			"%d rounds, profiler order rotated per round; medians. A slowdown is taken per round against that round's baseline run, then given as the median over rounds with its range (min … max). eBPF times from `kernel.bpf_stats_enabled` over the chain phase (per sample) "+
