@@ -90,9 +90,9 @@ func classify(id ebpf.ProgramID) progKind {
 	return kindOther
 }
 
-// readStats sums run time and count of the programs of kind k.
-func readStats(ids map[ebpf.ProgramID]progKind, k progKind) progStat {
-	var s progStat
+// eachProg calls f with each program of kind k still loaded, open for
+// the call.
+func eachProg(ids map[ebpf.ProgramID]progKind, k progKind, f func(*ebpf.Program)) {
 	for id, kind := range ids {
 		if kind != k {
 			continue
@@ -101,14 +101,20 @@ func readStats(ids map[ebpf.ProgramID]progKind, k progKind) progStat {
 		if err != nil {
 			continue
 		}
-		st, err := p.Stats()
+		f(p)
 		p.Close()
-		if err != nil {
-			continue
-		}
-		s.runtime += st.Runtime
-		s.runs += st.RunCount
 	}
+}
+
+// readStats sums run time and count of the programs of kind k.
+func readStats(ids map[ebpf.ProgramID]progKind, k progKind) progStat {
+	var s progStat
+	eachProg(ids, k, func(p *ebpf.Program) {
+		if st, err := p.Stats(); err == nil {
+			s.runtime += st.Runtime
+			s.runs += st.RunCount
+		}
+	})
 	return s
 }
 

@@ -157,19 +157,11 @@ func (b *bench) otelWindow(w sideWorkload, round int, sp *proc, work []*proc) (o
 // keeps them (15 characters at most).
 func progNames(ids map[ebpf.ProgramID]progKind, k progKind) []string {
 	var names []string
-	for id, kind := range ids {
-		if kind != k {
-			continue
-		}
-		p, err := ebpf.NewProgramFromID(id)
-		if err != nil {
-			continue
-		}
+	eachProg(ids, k, func(p *ebpf.Program) {
 		if info, err := p.Info(); err == nil {
 			names = append(names, info.Name)
 		}
-		p.Close()
-	}
+	})
 	slices.Sort(names)
 	return slices.Compact(names)
 }
