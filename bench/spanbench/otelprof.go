@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
+
+	"github.com/spanprof/spanprof/internal/sampler"
 )
 
 // otelDefault is where make bench-deps builds the OpenTelemetry eBPF
@@ -97,7 +98,8 @@ func (b *bench) otelPrepare() (stop func()) {
 func (b *bench) otelWindow(w sideWorkload, round int, sp *proc, work []*proc) (otelRow, error) {
 	o := &b.otel
 	row := otelRow{workload: w.name, round: round}
-	if err := ensureTracefs(); err != nil {
+	// The profiler attaches tracepoints and finds their ids in tracefs.
+	if _, err := sampler.EnsureTracefs(); err != nil {
 		return row, err
 	}
 	// Through spanbench -seccomp-rlimit-exec (seccomp.go): root here may
@@ -164,22 +166,6 @@ func progNames(ids map[ebpf.ProgramID]progKind, k progKind) []string {
 	})
 	slices.Sort(names)
 	return slices.Compact(names)
-}
-
-// ensureTracefs mounts tracefs at /sys/kernel/tracing when it is mounted
-// nowhere (as internal/sampler does for spanprof): the profiler attaches
-// tracepoints and finds their ids there. The mount stays.
-func ensureTracefs() error {
-	for _, p := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
-		var st unix.Statfs_t
-		if unix.Statfs(p, &st) == nil && (st.Type == unix.TRACEFS_MAGIC || st.Type == unix.DEBUGFS_MAGIC) {
-			return nil
-		}
-	}
-	if err := unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("tracefs is not mounted and mounting it failed: %w", err)
-	}
-	return nil
 }
 
 // lastLine is the last non-empty line of s.

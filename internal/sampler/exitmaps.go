@@ -85,7 +85,7 @@ func attachExitMaps(objs *bpf.ExitMapsObjects, log *slog.Logger) ([]link.Link, e
 		}
 		return nil, err
 	}
-	mounted, errTracefs := ensureTracefs()
+	mounted, errTracefs := EnsureTracefs()
 	if mounted {
 		log.Info("mounted tracefs at " + tracefsPath + " for the exit_group tracepoint")
 	}

@@ -28,7 +28,7 @@ func tracefsMounted() bool {
 	return false
 }
 
-// ensureTracefs mounts tracefs at /sys/kernel/tracing when it is mounted
+// EnsureTracefs mounts tracefs at /sys/kernel/tracing when it is mounted
 // nowhere, as a fresh machine without systemd's mount has it: tracepoint
 // attachment (syscalls/sys_enter_exit_group) reads event ids from it.
 // It reports whether it mounted it, or why tracefs is missing with what
@@ -36,7 +36,7 @@ func tracefsMounted() bool {
 //
 // It must run before the process's first tracepoint attachment:
 // cilium/ebpf looks tracefs up once per process.
-func ensureTracefs() (mounted bool, err error) {
+func EnsureTracefs() (mounted bool, err error) {
 	if tracefsMounted() {
 		return false, nil
 	}
