@@ -160,7 +160,7 @@ func runPythonSpans(t *testing.T, version, mode, service string, cmd, env []stri
 			t.Errorf("%s %s: %.3f%% of linked samples are wrong, want < 0.1%%", label, kind, pct(wrong, c.Linked))
 		}
 		if c.LinkedOutside > 0 {
-			t.Errorf("%s %s: %d linked samples lie outside their span's windows: %s", label, kind, c.LinkedOutside, describeOutside(sub, spans))
+			t.Errorf("%s %s: %d linked samples lie outside their span's windows: %s", label, kind, c.LinkedOutside, truth.DescribeWrong(sub, spans, 5))
 		}
 		if pct(a.nameRight, a.linked) < 99.9 {
 			t.Errorf("%s %s: span.name right on %.3f%% of linked samples, want ≥ 99.9%%", label, kind, pct(a.nameRight, a.linked))
@@ -182,49 +182,6 @@ func runPythonSpans(t *testing.T, version, mode, service string, cmd, env []stri
 	if got := resourceAttr(t, out, "service.name"); got != service {
 		t.Errorf("%s: resource service.name %q, want %q (the provider's resource, through the process context)", label, got, service)
 	}
-}
-
-// describeOutside says, for up to five linked samples outside every window
-// of their span, how far they lie from the nearest one and which frames
-// they hold.
-func describeOutside(samples []truth.Sample, spans map[int][]truth.Span) string {
-	var b strings.Builder
-	n := 0
-	for _, s := range samples {
-		tid, _ := strconv.Atoi(s.Attrs["thread.id"])
-		for _, ts := range s.Times {
-			if s.Trace == "" || n == 5 {
-				continue
-			}
-			best := int64(1<<63 - 1)
-			for _, sp := range spans[tid] {
-				if sp.Trace != s.Trace || sp.Span != s.Span {
-					continue
-				}
-				d := int64(0)
-				if ts < sp.Start {
-					d = -int64(sp.Start - ts)
-				} else if ts > sp.End {
-					d = int64(ts - sp.End)
-				}
-				if abs64(d) < abs64(best) {
-					best = d
-				}
-			}
-			if abs64(best) > int64(50*time.Microsecond) {
-				n++
-				fmt.Fprintf(&b, "[%s %+dµs from its nearest window, frames %v] ", s.Span, best/1000, s.Frames)
-			}
-		}
-	}
-	return b.String()
-}
-
-func abs64(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
 }
 
 // runPythonLate starts spanwork.py gated: OpenTelemetry, and with it the
@@ -306,7 +263,7 @@ func runPythonLate(t *testing.T, version, python string) {
 			t.Errorf("%s %s: %.3f%% of in-span samples after linking carry the span's ids, want ≥ 99%%", label, kind, pct(c.InSpanRight, c.InSpan))
 		}
 		if pct(wrong, c.Linked) >= 0.1 {
-			t.Errorf("%s %s: %.3f%% of linked samples are wrong, want < 0.1%%: %s", label, kind, pct(wrong, c.Linked), describeOutside(sub, spans))
+			t.Errorf("%s %s: %.3f%% of linked samples are wrong, want < 0.1%%: %s", label, kind, pct(wrong, c.Linked), truth.DescribeWrong(sub, spans, 5))
 		}
 	}
 }

@@ -353,13 +353,15 @@ func checkCorrelation(t *testing.T, label string, c *console, add func(string, .
 		t.Errorf("%s: %v", label, err)
 		return
 	}
-	r := truth.MeasureCorrelation(readSamples(t, c, otlp), spans)
+	samples := readSamples(t, c, otlp)
+	r := truth.MeasureCorrelation(samples, spans)
 	add("%s correlation precision %.4f recall %.4f (%d in span)", what, r.Precision(), r.Recall(), r.InSpan)
 	if r.InSpan < 300 {
 		t.Errorf("%s: %s: only %d samples inside span windows (%s)", label, what, r.InSpan, r.Ranges())
 	}
 	if r.Precision() < 0.999 || r.Recall() < 0.99 {
-		t.Errorf("%s: %s correlation precision %.4f (want ≥ 0.999), recall %.4f (want ≥ 0.99)", label, what, r.Precision(), r.Recall())
+		t.Errorf("%s: %s correlation precision %.4f (want ≥ 0.999), recall %.4f (want ≥ 0.99); links not right: %s",
+			label, what, r.Precision(), r.Recall(), truth.DescribeWrong(samples, spans, 10))
 	}
 }
 

@@ -162,3 +162,87 @@ func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
 }
 
 var debugCorrelation = os.Getenv("SPANPROF_DEBUG_CORRELATION") != ""
+
+// DescribeWrong says, for up to max linked samples whose link is not the
+// span their thread ran at that time (within 50µs), where that span was:
+// how far the sample lies from its nearest window on the sample's thread,
+// or on which other thread it ran, or that no span has those ids. A
+// failing test prints it, so that a rare miss (under qemu, say) can be
+// told apart after the run: a clock off by more than the margin, a
+// goroutine that carried its labels onto a thread the truth does not name
+// it on, or ids that no span had.
+func DescribeWrong(samples []Sample, truth map[int][]Span, max int) string {
+	const margin = int64(50 * time.Microsecond)
+	var b strings.Builder
+	n := 0
+	for _, s := range samples {
+		if s.Trace == "" {
+			continue
+		}
+		tid, _ := strconv.Atoi(s.Attrs["thread.id"])
+		for _, ts := range s.Times {
+			if n == max {
+				return b.String()
+			}
+			best, found := int64(1<<63-1), false
+			for _, sp := range truth[tid] {
+				if sp.Trace != s.Trace || sp.Span != s.Span {
+					continue
+				}
+				found = true
+				if d := outside(ts, sp); abs64(d) < abs64(best) {
+					best = d
+				}
+			}
+			if found && abs64(best) <= margin {
+				continue
+			}
+			n++
+			fmt.Fprintf(&b, "[tid %d, span %s: ", tid, s.Span)
+			if found {
+				fmt.Fprintf(&b, "%+dµs from its nearest window on this thread", best/1000)
+			} else if other, d, ok := elsewhere(truth, s, ts); ok {
+				fmt.Fprintf(&b, "not on this thread; on tid %d, %+dµs from its window there", other, d/1000)
+			} else {
+				b.WriteString("no span has these ids")
+			}
+			fmt.Fprintf(&b, "; frames %v] ", s.Frames)
+		}
+	}
+	return b.String()
+}
+
+// outside is how far ts lies before (negative) or after sp's start..end,
+// 0 inside it.
+func outside(ts uint64, sp Span) int64 {
+	switch {
+	case ts < sp.Start:
+		return -int64(sp.Start - ts)
+	case ts > sp.End:
+		return int64(ts - sp.End)
+	}
+	return 0
+}
+
+// elsewhere finds the thread, other than the sample's, whose window of the
+// sample's span lies nearest ts.
+func elsewhere(truth map[int][]Span, s Sample, ts uint64) (tid int, d int64, ok bool) {
+	d = 1<<63 - 1
+	for t, spans := range truth {
+		for _, sp := range spans {
+			if sp.Trace == s.Trace && sp.Span == s.Span {
+				if o := outside(ts, sp); abs64(o) < abs64(d) {
+					tid, d, ok = t, o, true
+				}
+			}
+		}
+	}
+	return tid, d, ok
+}
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
