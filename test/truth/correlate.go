@@ -87,7 +87,6 @@ func (c Correlation) Ranges() string {
 // sample are left out: a writer that publishes through the uprobe hook told
 // the kernel about them before spanprof was listening.
 func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
-	const margin = uint64(50 * time.Microsecond)
 	var c Correlation
 	first := uint64(1<<64 - 1)
 	for _, s := range samples {
@@ -110,7 +109,7 @@ func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
 			// of its ends.
 			var at *Span
 			for i := range spans {
-				if ts >= spans[i].Held+margin && ts+margin <= spans[i].Released {
+				if ts >= spans[i].Held+uint64(margin) && ts+uint64(margin) <= spans[i].Released {
 					at = &spans[i]
 					break
 				}
@@ -133,26 +132,12 @@ func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
 				c.Linked++
 				// Right: the thread was in the linked span at that time,
 				// within the 50µs the windows are measured to (at a
-				// boundary two consecutive spans both qualify).
-				for i := range spans {
-					sp := &spans[i]
-					if sp.Trace == s.Trace && sp.Span == s.Span && ts+margin >= sp.Start && ts <= sp.End+margin {
-						c.LinkedRight++
-						break
-					}
-				}
-				// Outside: no window of the linked span holds the
-				// sample (a span may have several, as a parent has
-				// around its child).
-				inside := false
-				for i := range spans {
-					sp := &spans[i]
-					if sp.Trace == s.Trace && sp.Span == s.Span && ts+margin >= sp.Start && ts <= sp.End+margin {
-						inside = true
-						break
-					}
-				}
-				if !inside {
+				// boundary two consecutive spans both qualify; a span may
+				// have several windows, as a parent has around its child).
+				// Outside: none of them holds the sample.
+				if linkedRight(spans, s, ts) {
+					c.LinkedRight++
+				} else {
 					c.LinkedOutside++
 				}
 			}
@@ -163,6 +148,22 @@ func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
 
 var debugCorrelation = os.Getenv("SPANPROF_DEBUG_CORRELATION") != ""
 
+// margin is how close to a span's window a sample must lie to count as in
+// it (or clear of its ends, for the inner window): what the windows are
+// measured to.
+const margin = int64(50 * time.Microsecond)
+
+// linkedRight reports whether a window of s's linked span, among the
+// spans of s's thread, holds ts within margin.
+func linkedRight(spans []Span, s Sample, ts uint64) bool {
+	for _, sp := range spans {
+		if sp.Trace == s.Trace && sp.Span == s.Span && abs64(outside(ts, sp)) <= margin {
+			return true
+		}
+	}
+	return false
+}
+
 // DescribeWrong says, for up to max linked samples whose link is not the
 // span their thread ran at that time (within 50µs), where that span was:
 // how far the sample lies from its nearest window on the sample's thread,
@@ -172,7 +173,6 @@ var debugCorrelation = os.Getenv("SPANPROF_DEBUG_CORRELATION") != ""
 // goroutine that carried its labels onto a thread the truth does not name
 // it on, or ids that no span had.
 func DescribeWrong(samples []Sample, truth map[int][]Span, max int) string {
-	const margin = int64(50 * time.Microsecond)
 	var b strings.Builder
 	n := 0
 	for _, s := range samples {
@@ -184,18 +184,17 @@ func DescribeWrong(samples []Sample, truth map[int][]Span, max int) string {
 			if n == max {
 				return b.String()
 			}
+			if linkedRight(truth[tid], s, ts) {
+				continue
+			}
 			best, found := int64(1<<63-1), false
 			for _, sp := range truth[tid] {
-				if sp.Trace != s.Trace || sp.Span != s.Span {
-					continue
+				if sp.Trace == s.Trace && sp.Span == s.Span {
+					found = true
+					if d := outside(ts, sp); abs64(d) < abs64(best) {
+						best = d
+					}
 				}
-				found = true
-				if d := outside(ts, sp); abs64(d) < abs64(best) {
-					best = d
-				}
-			}
-			if found && abs64(best) <= margin {
-				continue
 			}
 			n++
 			fmt.Fprintf(&b, "[tid %d, span %s: ", tid, s.Span)
