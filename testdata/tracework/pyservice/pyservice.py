@@ -84,7 +84,10 @@ def main():
     server = make_server("127.0.0.1", 0, app, threaded=False)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(f"ready {os.getpid()} {server.server_port}", flush=True)
-    sys.stdin.read()
+    try:
+        sys.stdin.read()  # until stdin closes, or the harness's interrupt
+    except KeyboardInterrupt:
+        pass  # the harness stops services with SIGINT: a normal exit, no traceback
     server.shutdown()
 
 
