@@ -171,6 +171,7 @@ const (
 type SamplerStackSample struct {
 	_          structs.HostLayout
 	KtimeNs    uint64
+	TaiNs      uint64
 	Value      uint64
 	Pid        uint32
 	Tid        uint32

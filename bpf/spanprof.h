@@ -148,6 +148,11 @@ struct otel_thread_ctx_hdr {
 /* One event from the kernel: an on-CPU tick or an off-CPU interval. */
 struct stack_sample {
 	__u64 ktime_ns;     /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	/* CLOCK_TAI at the same instant (bpf_ktime_get_tai_ns, Linux 6.1),
+	 * which a step of the wall clock moves with CLOCK_REALTIME, so that
+	 * user space stamps the sample with the wall-clock time it was taken
+	 * at, whenever it reads it; 0 without the helper. */
+	__u64 tai_ns;
 	__u64 value;        /* 1 for on-CPU, ns blocked for off-CPU */
 	__u32 pid;          /* thread group id */
 	__u32 tid;

@@ -84,6 +84,7 @@ type EstimatorSampledArgs struct {
 type EstimatorStackSample struct {
 	_          structs.HostLayout
 	KtimeNs    uint64
+	TaiNs      uint64
 	Value      uint64
 	Pid        uint32
 	Tid        uint32

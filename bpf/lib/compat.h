@@ -46,6 +46,8 @@
 
 #define CURRENT_TASK() ((struct task_struct *)bpf_get_current_task())
 #define TREAD(p, f) BPF_CORE_READ(p, f)
+/* No CLOCK_TAI before 6.1: user space converts CLOCK_MONOTONIC. */
+#define KTIME_TAI() 0
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -86,6 +88,11 @@ static __always_inline unsigned int task_state(struct task_struct *task)
 
 #define CURRENT_TASK() bpf_get_current_task_btf()
 #define TREAD(p, f) ((p)->f)
+/* CLOCK_TAI where the kernel has the helper (6.1); 0 before, which user
+ * space reads as "convert ktime_ns". Privileged loads drop the dead call
+ * on kernels without it, as for bpf_find_vma. */
+#define KTIME_TAI()                                                                                \
+	(bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_ktime_get_tai_ns) ? bpf_ktime_get_tai_ns() : 0)
 #define TASK_PT_REGS(task) ((struct pt_regs *)bpf_task_pt_regs(task))
 
 static __always_inline unsigned int task_state(struct task_struct *task)

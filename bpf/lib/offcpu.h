@@ -223,6 +223,7 @@ static __always_inline void offcpu_emit(__u32 tid)
 	now = bpf_ktime_get_ns();
 	d = now - p->s.ktime_ns;
 	p->s.ktime_ns = now;
+	p->s.tai_ns = KTIME_TAI();
 	p->s.value = offcpu_weighted(d, p->cycle_ns);
 	size = p->size;
 	if (size > sizeof(p->s))

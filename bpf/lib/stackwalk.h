@@ -257,6 +257,8 @@ static __always_inline void fill_sample(struct stack_sample *s, struct task_stru
 					__u8 kind, __u8 state, __u64 value)
 {
 	s->ktime_ns = bpf_ktime_get_ns();
+	/* An off-CPU capture is stamped when it is emitted (offcpu_emit). */
+	s->tai_ns = kind == SAMPLE_ON_CPU ? KTIME_TAI() : 0;
 	s->value = value;
 	s->pid = pid_tgid >> 32;
 	s->tid = (__u32)pid_tgid;

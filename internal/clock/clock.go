@@ -1,5 +1,13 @@
-// Package clock converts kernel CLOCK_MONOTONIC timestamps to wall-clock
-// time.
+// Package clock converts kernel timestamps to wall-clock time.
+//
+// Where the kernel has bpf_ktime_get_tai_ns (Linux 6.1), a sample also
+// carries CLOCK_TAI read with its CLOCK_MONOTONIC stamp. TAI is REALTIME
+// plus a whole number of seconds (the kernel's TAI offset, 0 unless NTP
+// set it), and a step of the wall clock moves both at once: FromTAI gives
+// the wall-clock time a sample was taken at even when the clock stepped
+// between the sample and its conversion, which the offset below cannot
+// know of (a virtual machine's time sync stepping the clock several times
+// a second is off by up to a second's worth of steps there).
 //
 // bpf_ktime_get_ns reads CLOCK_MONOTONIC. Spans are stamped in
 // CLOCK_REALTIME, so every kernel time is converted once, where a kernel
@@ -42,16 +50,35 @@ func now(clk int32) int64 {
 	return ts.Nano()
 }
 
-// Source reads the two clocks in nanoseconds. Tests inject one to step the
-// realtime clock without touching the machine's.
+// Source reads the clocks in nanoseconds. Tests inject one to step the
+// realtime clock without touching the machine's. TAI may be nil: FromTAI
+// then takes the TAI offset as 0.
 type Source struct {
-	Realtime, Monotonic func() int64
+	Realtime, Monotonic, TAI func() int64
 }
 
-// System reads CLOCK_REALTIME and CLOCK_MONOTONIC.
+// System reads CLOCK_REALTIME, CLOCK_MONOTONIC and CLOCK_TAI.
 var System = Source{
 	Realtime:  func() int64 { return now(unix.CLOCK_REALTIME) },
 	Monotonic: func() int64 { return now(unix.CLOCK_MONOTONIC) },
+	TAI:       func() int64 { return now(unix.CLOCK_TAI) },
+}
+
+// TAIOffset returns TAI − REALTIME, which the kernel keeps a whole number
+// of seconds: the difference of two reads, rounded to the second.
+func (src Source) TAIOffset() int64 {
+	if src.TAI == nil {
+		return 0
+	}
+	d := src.TAI() - src.Realtime()
+	return (d + sign(d)*int64(time.Second)/2) / int64(time.Second) * int64(time.Second)
+}
+
+func sign(d int64) int64 {
+	if d < 0 {
+		return -1
+	}
+	return 1
 }
 
 // Measure takes n brackets and returns the offset from the narrowest.
@@ -97,6 +124,8 @@ type Converter struct {
 	src    Source
 	offset atomic.Int64
 	err    atomic.Int64
+	// tai is TAI − REALTIME, measured with the offset.
+	tai atomic.Int64
 	// synced is the monotonic time of the last measurement; 0 before the
 	// first, so a zero Converter syncs on its first conversion.
 	synced atomic.Int64
@@ -127,6 +156,7 @@ func (c *Converter) Sync() Offset {
 	o := src.Measure(16)
 	c.offset.Store(o.Nanos)
 	c.err.Store(int64(o.Error))
+	c.tai.Store(src.TAIOffset())
 	c.synced.Store(src.Monotonic())
 	c.syncs.Add(1)
 	return o
@@ -161,6 +191,15 @@ func (c *Converter) UnixNano(t KTime) int64 {
 // Time converts a kernel timestamp to a time.Time.
 func (c *Converter) Time(t KTime) time.Time {
 	return time.Unix(0, c.UnixNano(t))
+}
+
+// FromTAI converts a CLOCK_TAI timestamp taken at kernel time t to a
+// time.Time: exact whatever the wall clock did since, but for a change of
+// the TAI offset itself (a leap second, NTP setting it), which reaches it
+// as the offset does, within ResyncInterval.
+func (c *Converter) FromTAI(t KTime, tai uint64) time.Time {
+	c.maybeSync(t)
+	return time.Unix(0, int64(tai)-c.tai.Load())
 }
 
 // Run re-syncs every interval until stop is closed.

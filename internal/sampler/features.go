@@ -53,6 +53,10 @@ var optionalFeatures = []feature{
 	{what: "perf-event BPF links", since: "5.15",
 		probe:   func() error { return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnGetAttachCookie) },
 		without: "the on-CPU program is attached by PERF_EVENT_IOC_SET_BPF"},
+	{what: "bpf_ktime_get_tai_ns", since: "6.1",
+		probe: func() error { return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnKtimeGetTaiNs) },
+		without: "samples are stamped with the monotonic clock and converted to wall-clock time with an offset " +
+			"measured at most a second before: a step of the wall clock (time sync) reaches the stamps up to a second late"},
 	{what: "bpf_find_vma", since: "5.17",
 		probe:   func() error { return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnFindVma) },
 		without: "the dynamic loader of a new process is placed by its path only (a container's loader of the host's path is not told apart)"},

@@ -68,12 +68,16 @@ func KernelDev(dev uint32) string {
 // Record is one decoded kernel sample, with its time already converted to
 // CLOCK_REALTIME. Slices are owned by the record.
 type Record struct {
-	Kind      Kind
-	PID, TID  uint32
-	CPU       uint32
-	Comm      string
-	KTime     clock.KTime
+	Kind     Kind
+	PID, TID uint32
+	CPU      uint32
+	Comm     string
+	KTime    clock.KTime
+	// Time is the wall-clock time of KTime: from the CLOCK_TAI read with
+	// it where the kernel has one (TAI set), so that a step of the wall
+	// clock after the sample does not move it; otherwise KTime converted.
 	Time      time.Time
+	TAI       bool
 	Value     int64
 	State     byte
 	CtxSource bpf.SamplerCtxSource
@@ -281,7 +285,11 @@ func (d *decoder) decode(raw []byte) (*Record, *ProcEvent, error) {
 		newImage:  s.Flags&uint8(bpf.SamplerSampleFlagSAMPLE_NEW_IMAGE) != 0,
 		execMM:    s.ExecMm,
 	}
-	r.Time = d.conv.Time(r.KTime)
+	if s.TaiNs != 0 {
+		r.Time, r.TAI = d.conv.FromTAI(r.KTime, s.TaiNs), true
+	} else {
+		r.Time = d.conv.Time(r.KTime)
+	}
 	if r.CtxSource != bpf.SamplerCtxSourceCTX_NONE {
 		r.Link.TraceID = s.TraceId
 		r.Link.SpanID = s.SpanId
