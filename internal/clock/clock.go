@@ -70,15 +70,7 @@ func (src Source) TAIOffset() int64 {
 	if src.TAI == nil {
 		return 0
 	}
-	d := src.TAI() - src.Realtime()
-	return (d + sign(d)*int64(time.Second)/2) / int64(time.Second) * int64(time.Second)
-}
-
-func sign(d int64) int64 {
-	if d < 0 {
-		return -1
-	}
-	return 1
+	return int64(time.Duration(src.TAI() - src.Realtime()).Round(time.Second))
 }
 
 // Measure takes n brackets and returns the offset from the narrowest.
