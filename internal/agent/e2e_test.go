@@ -272,7 +272,7 @@ func readTruthIDs(t *testing.T, path string) map[string]bool {
 	}
 	out := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		if f := strings.Fields(line); len(f) == 6 {
+		if f := strings.Fields(line); len(f) >= 6 {
 			out[f[1]+"/"+f[2]] = true
 		}
 	}

@@ -32,6 +32,8 @@ type truthSpan struct {
 	trace, span string
 	start, end  int64
 	function    string
+	// held..released: the context was published all that time.
+	held, released int64
 }
 
 func startWorkload(t *testing.T, bin string, threads int, seconds float64) *workload {
@@ -84,14 +86,16 @@ func (w *workload) wait(t *testing.T) []truthSpan {
 	var out []truthSpan
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 6 || len(f[1]) != 32 || len(f[2]) != 16 {
+		if len(f) != 8 || len(f[1]) != 32 || len(f[2]) != 16 {
 			t.Fatalf("bad truth line %q", line)
 		}
 		var s truthSpan
-		var errs [3]error
+		var errs [5]error
 		s.tid, errs[0] = strconv.Atoi(f[0])
 		s.start, errs[1] = strconv.ParseInt(f[3], 10, 64)
 		s.end, errs[2] = strconv.ParseInt(f[4], 10, 64)
+		s.held, errs[3] = strconv.ParseInt(f[6], 10, 64)
+		s.released, errs[4] = strconv.ParseInt(f[7], 10, 64)
 		for _, err := range errs {
 			if err != nil {
 				t.Fatalf("bad truth line %q: %v", line, err)
@@ -241,11 +245,14 @@ func checkSamples(t *testing.T, samples []threadSample, truth []truthSpan, tids 
 	const margin = int64(100 * time.Microsecond)
 	for _, s := range samples {
 		if !s.ok {
-			// Stopped well inside a span's window: the context was missed.
+			// Stopped while the span's context was published (its
+			// held..released, not start..end: a thread preempted between
+			// its start stamp and the publication is in neither): the
+			// context was missed.
 			for _, ts := range truth {
-				if ts.tid == s.tid && ts.start+margin < s.before && s.after < ts.end-margin {
-					t.Errorf("tid %d stopped in [%d,%d] inside span %s [%d,%d] but read no context",
-						s.tid, s.before, s.after, ts.span, ts.start, ts.end)
+				if ts.tid == s.tid && ts.held+margin < s.before && s.after < ts.released-margin {
+					t.Errorf("tid %d stopped in [%d,%d] inside span %s (published %d..%d) but read no context",
+						s.tid, s.before, s.after, ts.span, ts.held, ts.released)
 				}
 			}
 			continue

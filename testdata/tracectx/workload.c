@@ -6,9 +6,12 @@
  * inside the span in its own noinline function busy_<n>, then 1-5 ms of CPU
  * outside any span in gap_work. When the duration is over, every span is
  * written to TRUTH_FILE as
- *   tid trace_id span_id start_realtime_ns end_realtime_ns function
+ *   tid trace_id span_id start_realtime_ns end_realtime_ns function held_ns released_ns
  * (start is taken before the context is published, end after it is
- * cleared, so every sample that carries a span's ids falls in its window).
+ * cleared, so every sample that carries a span's ids falls in its window;
+ * held after it is published and released before it is cleared, so every
+ * sample of the thread in held..released must carry them, however long
+ * the thread was preempted between a stamp and the publication).
  * stdout gets "pid <pid>" at start and "done <spans>" at the end. SIGTERM or
  * SIGINT ends the run early (after the current span) and still writes the
  * truth.
@@ -148,7 +151,7 @@ static size_t wl_attrs(const uint8_t *span, char bufs[3][32], otel_thread_ctx_at
 
 struct span {
 	uint8_t trace[16], span[8];
-	uint64_t start, end;
+	uint64_t start, end, held, released;
 };
 
 struct worker {
@@ -284,7 +287,9 @@ static void *run(void *arg)
 			fprintf(stderr, "ctx_enter failed\n");
 			exit(1);
 		}
+		s->held = now_ns(CLOCK_REALTIME);
 		busy_fns[w->idx](now_ns(CLOCK_MONOTONIC) + dur);
+		s->released = now_ns(CLOCK_REALTIME);
 		ctx_leave();
 		s->end = now_ns(CLOCK_REALTIME);
 		w->n++;
@@ -397,8 +402,9 @@ int main(int argc, char **argv)
 			hex(out, s->trace, 16);
 			fputc(' ', out);
 			hex(out, s->span, 8);
-			fprintf(out, " %llu %llu %s\n", (unsigned long long)s->start,
-				(unsigned long long)s->end, ws[i].fn);
+			fprintf(out, " %llu %llu %s %llu %llu\n", (unsigned long long)s->start,
+				(unsigned long long)s->end, ws[i].fn,
+				(unsigned long long)s->held, (unsigned long long)s->released);
 		}
 		total += ws[i].n;
 	}
