@@ -173,7 +173,7 @@ func check(t *testing.T, label string, c *console, elapsed time.Duration) {
 		}
 	}
 	if r := c.results["patching"]; r != nil {
-		add("sched_switch attached and detached %s times in %s s", r["flips"], r["s"])
+		add("sched_switch attached and detached %s times in %s s (%s attaches whose program never ran)", r["flips"], r["s"], r["silent"])
 		if r["runs"] != "1" {
 			add("%s/%s runs of the loop passed in %s s", r["passed"], r["runs"], r["total_s"])
 		}
@@ -431,7 +431,9 @@ func checkOffCPU(t *testing.T, label string, c *console, add func(string, ...any
 		t.Errorf("%s: %d of %d sleeping spans were preempted in their sleep: too few left to judge", label, sleep.Preempted, sleep.Spans)
 	}
 	if sleepErr < -0.1 || sleepErr > 0.1 {
-		t.Errorf("%s: off-CPU time of sleeping spans not preempted %+.1f%% off the real blocked time, want within ±10%%", label, 100*sleepErr)
+		log, _ := os.ReadFile(c.path("offcpu.log"))
+		t.Errorf("%s: off-CPU time of sleeping spans not preempted %+.1f%% off the real blocked time, want within ±10%% (the recording has %d off-CPU events linked to a span); its log:\n%s",
+			label, 100*sleepErr, o.Events, firstLines(string(log), 30))
 	}
 	if o.WrongLink > 0 || o.WrongState > 0 {
 		t.Errorf("%s: %d off-CPU samples link to no span of their thread, %d are not in state S", label, o.WrongLink, o.WrongState)
