@@ -357,10 +357,14 @@ func New(opts Options) *Collector {
 		opts.Leaf = &CFILeafFixer{Tables: unwind.NewCache(opts.Logger,
 			unwind.CacheOptions{Pclntabs: opts.Symbolizer.Pclntabs()})}
 	}
-	if lf, ok := opts.Leaf.(*CFILeafFixer); ok && lf.VDSO == nil && linkRegister {
-		// The [vdso] frames' rules from the image that names them: on
-		// arm64, whose vDSO leaves keep no frame record. x86-64's keeps
-		// frame pointers, and its frames stay the kernel's chain.
+	if lf, ok := opts.Leaf.(*CFILeafFixer); ok && lf.VDSO == nil {
+		// The [vdso] frames' rules from the image that names them. On
+		// arm64 its leaves keep no frame record. x86-64's functions keep
+		// frame pointers, but a sample at a function's first instruction
+		// or after its epilogue's pop of rbp has the caller's rbp, and
+		// the kernel's chain then skips the caller and every frameless
+		// function above it (libc's clock_gettime, libstdc++'s
+		// steady_clock::now: 1.3 % of a clock_gettime loop's samples).
 		lf.VDSO = opts.VDSO
 	}
 	return &Collector{opts: opts, log: opts.Logger, start: time.Now()}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,13 +98,6 @@ func TestUnwindThroughLibraries(t *testing.T) {
 			windowCuts := truth.WindowCuts(stderr)
 			samples := readOTLP(t, out)
 			tallies := truth.TallyCases(samples, byTID)
-			if testing.Verbose() {
-				for _, s := range samples {
-					if name := byTID[s.Attrs["thread.id"]]; name != "" && !hasFunc(s.Frames, truth.UnwindCases[name]) {
-						t.Logf("%s %s without %s: %v", name, s.Kind, truth.UnwindCases[name], s.Frames)
-					}
-				}
-			}
 			var ref map[string]*truth.CaseTally
 			if perfCmd != nil {
 				// perf ends with the fixture at the latest; what it wrote
@@ -118,6 +112,17 @@ func TestUnwindThroughLibraries(t *testing.T) {
 			table, failures := truth.JudgeCases(cc, tallies, ref, windowCuts)
 			for _, f := range failures {
 				t.Error(f)
+			}
+			// The stacks that miss their case's function: all of them with
+			// -v, those of a failed case otherwise.
+			for _, s := range samples {
+				name := byTID[s.Attrs["thread.id"]]
+				if name == "" || hasFunc(s.Frames, truth.UnwindCases[name]) {
+					continue
+				}
+				if testing.Verbose() || slices.ContainsFunc(failures, func(f string) bool { return strings.HasPrefix(f, name+":") }) {
+					t.Logf("%s %s without %s: %v", name, s.Kind, truth.UnwindCases[name], s.Frames)
+				}
 			}
 			t.Log(table)
 		})

@@ -19,6 +19,7 @@ var UnwindCases = map[string]string{
 	"c-join": "case_join", "c-poll": "case_poll", "c-epoll": "case_epoll",
 	"c-fwrite": "case_fwrite", "c-memcpy": "case_memcpy",
 	"c-cxxmutex": "case_cxxmutex", "c-cxxholder": "hold_cxx_lock", "c-cxxcond": "case_cxxcond",
+	"c-clock": "case_clock",
 }
 
 // ThreadEntry is where every case thread's stack starts.

@@ -188,6 +188,19 @@ NOINLINE static void case_fwrite(void)
 	fclose(f);
 }
 
+/* clock_gettime through glibc (frameless) into the vDSO, whose x86-64
+ * functions keep a frame pointer: a sample at their first instruction or
+ * after the epilogue's pop has the case's rbp, and the kernel's chain
+ * skips glibc's frame and the case's. */
+NOINLINE static void case_clock(void)
+{
+	struct timespec ts;
+	while (!stop) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		sink += (unsigned long)ts.tv_nsec;
+	}
+}
+
 NOINLINE static void case_memcpy(void)
 {
 	size_t n = 4 << 20;
@@ -244,7 +257,7 @@ static const struct thread_case cases[] = {
 	{"c-poll", case_poll, 0},         {"c-epoll", case_epoll, 0},
 	{"c-fwrite", case_fwrite, 0},     {"c-memcpy", case_memcpy, 0},
 	{"c-cxxmutex", 0, cxx_mutex_thread}, {"c-cxxholder", 0, cxx_mutex_holder},
-	{"c-cxxcond", 0, cxx_cond_thread},
+	{"c-cxxcond", 0, cxx_cond_thread}, {"c-clock", case_clock, 0},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
