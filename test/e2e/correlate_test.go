@@ -175,9 +175,9 @@ func TestCorrelationGo(t *testing.T) {
 				t.Fatalf("service: %v", err)
 			}
 			c := measureCorrelation(readOTLP(t, out), readTruth(t, truthPath))
-			t.Logf("go %s: in-span samples %d, with the right ids %d (%.3f%%); linked %d, right %d (%.3f%%); linked outside their window ±50µs: %d; span function on stack %d/%d",
+			t.Logf("go %s: in-span samples %d, with the right ids %d (%.3f%%); linked %d, right %d (%.3f%%; %d on a thread the goroutine was not yet locked to); linked outside their window ±50µs: %d; span function on stack %d/%d",
 				v.name, c.InSpan, c.InSpanRight, pct(c.InSpanRight, c.InSpan), c.Linked, c.LinkedRight, pct(c.LinkedRight, c.Linked),
-				c.LinkedOutside, c.FunctionRight, c.CheckedF)
+				c.LinkedUnlocked, c.LinkedOutside, c.FunctionRight, c.CheckedF)
 			if c.InSpan < 300 {
 				t.Fatalf("only %d samples inside span windows (%s)", c.InSpan, c.Ranges())
 			}

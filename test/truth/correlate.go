@@ -19,6 +19,11 @@ type Span struct {
 	Start, End     uint64
 	Held, Released uint64
 	Function       string
+	// Unlocked, when not 0, ends the time from Start in which the span's
+	// goroutine was bound to no thread (a new goroutine before it locks
+	// its thread, or one never locked): a sample of the span then is its,
+	// on any thread. TID is the thread it ran on after.
+	Unlocked uint64
 }
 
 // ReadSpans reads a workload's ground truth, by thread id.
@@ -32,10 +37,12 @@ func ReadSpans(path string) (map[int][]Span, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		p := strings.Fields(sc.Text())
-		if len(p) == 9 {
+		var unlocked uint64
+		if len(p) == 10 {
 			// The Go service leads with the goroutine id and ends with
-			// its inner window.
-			p = p[1:]
+			// its inner window and the end of its unlocked time.
+			unlocked, _ = strconv.ParseUint(p[9], 10, 64)
+			p = p[1:9]
 		}
 		if len(p) != 6 && len(p) != 8 {
 			return nil, fmt.Errorf("bad truth line %q", sc.Text())
@@ -48,7 +55,7 @@ func ReadSpans(path string) (map[int][]Span, error) {
 			held, _ = strconv.ParseUint(p[6], 10, 64)
 			released, _ = strconv.ParseUint(p[7], 10, 64)
 		}
-		out[tid] = append(out[tid], Span{tid, p[1], p[2], start, end, held, released, p[5]})
+		out[tid] = append(out[tid], Span{tid, p[1], p[2], start, end, held, released, p[5], unlocked})
 	}
 	return out, sc.Err()
 }
@@ -58,6 +65,7 @@ type Correlation struct {
 	InSpan, InSpanRight     int // samples well inside a span window; those with its ids
 	Linked, LinkedRight     int // samples with a link; those whose link is the span at that time
 	LinkedOutside           int // linked samples outside every window of their span by more than 50µs
+	LinkedUnlocked          int // right links taken on another thread while their goroutine had none (Span.Unlocked)
 	FunctionRight, CheckedF int
 	// Time ranges of the samples and of the spans, to tell a recording
 	// that missed the workload from one that missed its spans' ids.
@@ -135,8 +143,11 @@ func MeasureCorrelation(samples []Sample, truth map[int][]Span) Correlation {
 				// boundary two consecutive spans both qualify; a span may
 				// have several windows, as a parent has around its child).
 				// Outside: none of them holds the sample.
-				if linkedRight(spans, s, ts) {
+				if right, own := linkedRight(truth, tid, s, ts); right {
 					c.LinkedRight++
+					if !own {
+						c.LinkedUnlocked++
+					}
 				} else {
 					c.LinkedOutside++
 				}
@@ -154,14 +165,24 @@ var debugCorrelation = os.Getenv("SPANPROF_DEBUG_CORRELATION") != ""
 const margin = int64(50 * time.Microsecond)
 
 // linkedRight reports whether a window of s's linked span, among the
-// spans of s's thread, holds ts within margin.
-func linkedRight(spans []Span, s Sample, ts uint64) bool {
-	for _, sp := range spans {
+// spans of s's thread (tid), holds ts within margin; or the start of a
+// window on another thread, while that span's goroutine was bound to no
+// thread (Span.Unlocked). own says which: a window of s's thread.
+func linkedRight(truth map[int][]Span, tid int, s Sample, ts uint64) (right, own bool) {
+	for _, sp := range truth[tid] {
 		if sp.Trace == s.Trace && sp.Span == s.Span && abs64(outside(ts, sp)) <= margin {
-			return true
+			return true, true
 		}
 	}
-	return false
+	for _, spans := range truth {
+		for _, sp := range spans {
+			if sp.Unlocked != 0 && sp.Trace == s.Trace && sp.Span == s.Span &&
+				ts+uint64(margin) >= sp.Start && ts <= sp.Unlocked+uint64(margin) {
+				return true, false
+			}
+		}
+	}
+	return false, false
 }
 
 // DescribeWrong says, for up to max linked samples whose link is not the
@@ -184,7 +205,7 @@ func DescribeWrong(samples []Sample, truth map[int][]Span, max int) string {
 			if n == max {
 				return b.String()
 			}
-			if linkedRight(truth[tid], s, ts) {
+			if right, _ := linkedRight(truth, tid, s, ts); right {
 				continue
 			}
 			best, found := int64(1<<63-1), false

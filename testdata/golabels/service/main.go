@@ -3,7 +3,7 @@
 // and busy on the CPU, and record the ground truth of every span, one line
 // per goroutine that worked in it:
 //
-//	goid tid trace_id span_id start_ns end_ns function held_ns released_ns
+//	goid tid trace_id span_id start_ns end_ns function held_ns released_ns unlocked_ns
 //
 // (CLOCK_REALTIME). Two windows, because the goroutine can be preempted
 // between any two of these steps, for many milliseconds on a loaded
@@ -16,7 +16,13 @@
 // line is the thread every sample of that goroutine's span work was taken
 // on (a child is locked before it takes held). With -spawn, half of each
 // span's work runs in a child goroutine started inside the span (it
-// inherits the labels; it records its own line).
+// inherits the labels; it records its own line). Until the child has
+// locked its thread it may run on any of the process's threads (a new
+// goroutine can be preempted before its first statement and resumed by
+// another M): its line's unlocked_ns, taken after LockOSThread, ends that
+// time; samples of its span between start_ns and unlocked_ns belong to it
+// on whatever thread they were taken. unlocked_ns is 0 for a goroutine
+// locked before its span started, and end_ns without -lock.
 package main
 
 import (
@@ -92,10 +98,15 @@ type truth struct {
 }
 
 // record writes one line: the outer window start..end, the inner window
-// held..released (see the package comment).
-func (t *truth) record(sc trace.SpanContext, fn string, start, end, held, released time.Time) {
-	line := fmt.Sprintf("%d %d %s %s %d %d %s %d %d\n", goid(), syscall.Gettid(),
-		sc.TraceID(), sc.SpanID(), start.UnixNano(), end.UnixNano(), fn, held.UnixNano(), released.UnixNano())
+// held..released, and until when the goroutine was on no thread of its own
+// (zero time: locked throughout; see the package comment).
+func (t *truth) record(sc trace.SpanContext, fn string, start, end, held, released, unlocked time.Time) {
+	u := int64(0)
+	if !unlocked.IsZero() {
+		u = unlocked.UnixNano()
+	}
+	line := fmt.Sprintf("%d %d %s %s %d %d %s %d %d %d\n", goid(), syscall.Gettid(),
+		sc.TraceID(), sc.SpanID(), start.UnixNano(), end.UnixNano(), fn, held.UnixNano(), released.UnixNano(), u)
 	t.mu.Lock()
 	t.w.WriteString(line)
 	t.mu.Unlock()
@@ -146,7 +157,12 @@ func worker(ctx context.Context, tr trace.Tracer, gt *truth, seed int64, lock, s
 				// recording may wait for the file lock.
 				pprof.SetGoroutineLabels(context.Background())
 				sc := trace.SpanContextFromContext(sctx)
-				gt.record(sc, "childWork", spawned, time.Now(), cs, released)
+				ended := time.Now()
+				unlocked := cs
+				if !lock {
+					unlocked = ended
+				}
+				gt.record(sc, "childWork", spawned, ended, cs, released, unlocked)
 				wg.Done()
 			}()
 		}
@@ -155,7 +171,12 @@ func worker(ctx context.Context, tr trace.Tracer, gt *truth, seed int64, lock, s
 		released := time.Now()
 		span.End()
 		sc := span.SpanContext()
-		gt.record(sc, f.name, start, time.Now(), held, released)
+		ended := time.Now()
+		var unlocked time.Time
+		if !lock {
+			unlocked = ended
+		}
+		gt.record(sc, f.name, start, ended, held, released, unlocked)
 	}
 }
 
