@@ -71,6 +71,9 @@ type OffCPU struct {
 	Truth, Attributed     int64
 	Events                int
 	WrongLink, WrongState int
+	// WrongStates describes the samples of WrongState: per state, their
+	// count, kind of span, off-CPU time and stack.
+	WrongStates []string
 }
 
 // Error is the attributed time's relative error against the real one.
@@ -109,6 +112,10 @@ func MeasureOffCPU(truth map[string]OffCPUSpan, samples []Sample) OffCPU {
 		}
 		if s.Attrs["thread.state"] != "S" {
 			o.WrongState++
+			if len(o.WrongStates) < 5 {
+				o.WrongStates = append(o.WrongStates, fmt.Sprintf("state %q in a %s span, %d µs, frames %v",
+					s.Attrs["thread.state"], sp.Kind, v/1000, s.Frames))
+			}
 		}
 		k := o.Kinds[sp.Kind]
 		k.Attributed += v
