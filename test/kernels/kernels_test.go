@@ -131,8 +131,7 @@ func TestKernelMatrix(t *testing.T) {
 		}
 		p.payload = dir
 		if tg.series != "" {
-			p.out = outDir(t, tg)
-			p.guest, p.err = prepareGuest(tg, dir, p.out)
+			p.guest, p.err = prepareGuest(tg, dir, outDir(t, tg))
 		}
 		ready = append(ready, p)
 	}
@@ -165,7 +164,6 @@ func TestKernelMatrix(t *testing.T) {
 type prepared struct {
 	target  target
 	payload string
-	out     string
 	guest   guest
 	err     error
 }
