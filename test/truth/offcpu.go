@@ -71,8 +71,8 @@ type OffCPU struct {
 	Truth, Attributed     int64
 	Events                int
 	WrongLink, WrongState int
-	// WrongStates describes the samples of WrongState: per state, their
-	// count, kind of span, off-CPU time and stack.
+	// WrongStates describes the first five samples of WrongState: each
+	// one's state, kind of span, off-CPU time and stack.
 	WrongStates []string
 }
 

@@ -93,17 +93,21 @@ var spanFuncs = []struct {
 
 // truth serializes ground-truth lines to the output file.
 type truth struct {
-	mu sync.Mutex
-	w  *bufio.Writer
+	mu   sync.Mutex
+	w    *bufio.Writer
+	lock bool // workers lock their threads (-lock)
 }
 
 // record writes one line: the outer window start..end, the inner window
 // held..released, and until when the goroutine was on no thread of its own
-// (zero time: locked throughout; see the package comment).
-func (t *truth) record(sc trace.SpanContext, fn string, start, end, held, released, unlocked time.Time) {
+// (locked: when it locked its thread, zero time for before the span;
+// without -lock, end; see the package comment).
+func (t *truth) record(sc trace.SpanContext, fn string, start, end, held, released, locked time.Time) {
 	u := int64(0)
-	if !unlocked.IsZero() {
-		u = unlocked.UnixNano()
+	if !t.lock {
+		u = end.UnixNano()
+	} else if !locked.IsZero() {
+		u = locked.UnixNano()
 	}
 	line := fmt.Sprintf("%d %d %s %s %d %d %s %d %d %d\n", goid(), syscall.Gettid(),
 		sc.TraceID(), sc.SpanID(), start.UnixNano(), end.UnixNano(), fn, held.UnixNano(), released.UnixNano(), u)
@@ -157,12 +161,7 @@ func worker(ctx context.Context, tr trace.Tracer, gt *truth, seed int64, lock, s
 				// recording may wait for the file lock.
 				pprof.SetGoroutineLabels(context.Background())
 				sc := trace.SpanContextFromContext(sctx)
-				ended := time.Now()
-				unlocked := cs
-				if !lock {
-					unlocked = ended
-				}
-				gt.record(sc, "childWork", spawned, ended, cs, released, unlocked)
+				gt.record(sc, "childWork", spawned, time.Now(), cs, released, cs)
 				wg.Done()
 			}()
 		}
@@ -171,12 +170,7 @@ func worker(ctx context.Context, tr trace.Tracer, gt *truth, seed int64, lock, s
 		released := time.Now()
 		span.End()
 		sc := span.SpanContext()
-		ended := time.Now()
-		var unlocked time.Time
-		if !lock {
-			unlocked = ended
-		}
-		gt.record(sc, f.name, start, ended, held, released, unlocked)
+		gt.record(sc, f.name, start, time.Now(), held, released, time.Time{})
 	}
 }
 
@@ -198,7 +192,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "create ground truth:", err)
 		os.Exit(1)
 	}
-	gt := &truth{w: bufio.NewWriter(f)}
+	gt := &truth{w: bufio.NewWriter(f), lock: *lock}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	tr := spanprof.NewTracerProvider(tp).Tracer("golabels-service")
 
