@@ -28,8 +28,6 @@ func TestAttachPerfMap(t *testing.T) {
 	path := perfMapPath(pid)
 	os.Remove(path)
 	t.Cleanup(func() { os.Remove(path) })
-	// Let the JIT compile Hot.work first.
-	time.Sleep(2 * time.Second)
 	m := NewPerfMapper(PerfMapOptions{MinInterval: time.Hour})
 	if !m.IsJVM(uint32(pid)) {
 		t.Fatalf("pid %d maps libjvm.so but IsJVM says no", pid)

@@ -60,9 +60,8 @@ var recordings = []recording{
 		}},
 	{name: "jvm", stack: "Hot.java (internal/jvm/testdata) on HotSpot 17 with -XX:+PreserveFramePointer: two threads in the JIT-compiled Hot.work",
 		start: func(t *testing.T) []int {
+			// Start returns once C2 compiled Hot.work.
 			cmd := jvmtest.Start(t, jvmtest.Options{Flags: []string{"-XX:+PreserveFramePointer"}}, "2")
-			// Let the JIT compile Hot.work.
-			time.Sleep(2 * time.Second)
 			return []int{cmd.Process.Pid}
 		},
 		perfMap: func(t *testing.T, pid int) {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,9 +28,13 @@ type Options struct {
 }
 
 // Start runs Hot.java with the given arguments (THREADS [LATE_AFTER_MS])
-// and waits for its workers; it skips the test without java. Hot.work
-// and Hot.late are kept out of their callers by CompileCommand=dontinline,
-// so a sample in them is theirs. The process is killed at cleanup.
+// and waits for its workers, and then for C2 to have compiled Hot.work:
+// from then on a hot worker runs compiled code, not the interpreter. How
+// long that takes depends on the machine's load; the JVM logs its
+// compilations to stderr (-Xlog:jit+compilation). It skips the test
+// without java. Hot.work and Hot.late are kept out of their callers by
+// CompileCommand=dontinline, so a sample in them is theirs. The process
+// is killed at cleanup.
 func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 	t.Helper()
 	testutil.RequireLong(t, "starts a JVM")
@@ -37,8 +42,8 @@ func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 		t.Skip("no java on PATH")
 	}
 	src := copySource(t)
-	argv := append([]string{"java", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Hot::work",
-		"-XX:CompileCommand=dontinline,Hot::late"}, o.Flags...)
+	argv := append([]string{"java", "-Xlog:jit+compilation=debug:stderr:tags", "-XX:CompileCommand=quiet",
+		"-XX:CompileCommand=dontinline,Hot::work", "-XX:CompileCommand=dontinline,Hot::late"}, o.Flags...)
 	argv = append(append(append([]string{}, o.Wrap...), argv...), src)
 	argv = append(argv, args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -51,13 +56,15 @@ func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ready := make(chan bool, 1)
+	ready, compiled := make(chan bool, 1), make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -67,15 +74,53 @@ func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 		}
 		ready <- false
 	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatalf("java exited before its workers ran: %s", stderr.String())
+	stderr := &lockedBuffer{} // what the JVM said but its compilation log
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), compileTag)
+			if !ok {
+				stderr.Write(append(sc.Bytes(), '\n'))
+			} else if c2Compiled(line, "Hot::work") {
+				compiled <- true
+			}
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("java workers not ready after 60s")
+		compiled <- false
+	}()
+	for _, w := range []struct {
+		c    chan bool
+		what string
+	}{{ready, "its workers ran"}, {compiled, "C2 compiled Hot.work"}} {
+		select {
+		case ok := <-w.c:
+			if !ok {
+				t.Fatalf("java exited before %s: %s", w.what, stderr.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("java: not %s after 60s: %s", w.what, stderr.String())
+		}
 	}
 	return cmd
+}
+
+// compileTag starts the lines of -Xlog:jit+compilation=debug:stderr:tags.
+const compileTag = "[jit,compilation]"
+
+// c2Compiled says whether a line of the JVM's compilation log (after its
+// tag) reports method (Class::name) compiled by C2 (tier 4) as a whole:
+// not on stack replacement (%), not made not entrant. Its fields: compile
+// id, flag characters (the OSR mark among them), tier, method, size.
+func c2Compiled(line, method string) bool {
+	if strings.Contains(line, "made not entrant") || strings.Contains(line, "%") {
+		return false
+	}
+	f := strings.Fields(line)
+	for i := 1; i < len(f); i++ {
+		if f[i] == method {
+			return f[i-1] == "4"
+		}
+	}
+	return false
 }
 
 // copySource copies testdata/Hot.java into a directory of its own outside
