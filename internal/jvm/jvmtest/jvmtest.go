@@ -76,16 +76,22 @@ func Start(t *testing.T, o Options, args ...string) *exec.Cmd {
 	}()
 	stderr := &lockedBuffer{} // what the JVM said but its compilation log
 	go func() {
+		// One send at most: a later recompile of Hot.work must not block
+		// this reader, which drains the JVM's stderr until it exits.
+		seen := false
 		sc := bufio.NewScanner(errPipe)
 		for sc.Scan() {
 			line, ok := strings.CutPrefix(sc.Text(), compileTag)
 			if !ok {
 				stderr.Write(append(sc.Bytes(), '\n'))
-			} else if c2Compiled(line, "Hot::work") {
+			} else if !seen && c2Compiled(line, "Hot::work") {
+				seen = true
 				compiled <- true
 			}
 		}
-		compiled <- false
+		if !seen {
+			compiled <- false
+		}
 	}()
 	for _, w := range []struct {
 		c    chan bool
