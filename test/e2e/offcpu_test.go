@@ -86,7 +86,7 @@ func checkOffCPU(t *testing.T, spans map[string]offCPUSpan, samples []otlpSample
 		}
 	}
 	if o.WrongLink > 0 || o.WrongState > 0 {
-		t.Errorf("%d off-CPU samples link to no span of their thread, %d are not in state S %v", o.WrongLink, o.WrongState, o.WrongStates)
+		t.Errorf("%d off-CPU samples link to no span of their thread, %d are in a state their stack does not explain (S, or D in a mutex or rwsem wait) %v", o.WrongLink, o.WrongState, o.WrongStates)
 	}
 }
 

@@ -439,7 +439,7 @@ func checkOffCPU(t *testing.T, label string, c *console, add func(string, ...any
 			label, 100*sleepErr, o.Events, firstLines(string(log), 30))
 	}
 	if o.WrongLink > 0 || o.WrongState > 0 {
-		t.Errorf("%s: %d off-CPU samples link to no span of their thread, %d are not in state S %v", label, o.WrongLink, o.WrongState, o.WrongStates)
+		t.Errorf("%s: %d off-CPU samples link to no span of their thread, %d are in a state their stack does not explain (S, or D in a mutex or rwsem wait) %v", label, o.WrongLink, o.WrongState, o.WrongStates)
 	}
 }
 

@@ -54,6 +54,31 @@ var WantReasons = map[string][]string{
 	"pingpong": {"pipe_read", "anon_pipe_read"},
 }
 
+// uninterruptibleWaits are the kernel functions that put a blocked thread
+// in state D rather than S: a write to a pipe whose mutex the other end
+// holds waits in __mutex_lock, uninterruptibly, before it reaches
+// pipe_write's interruptible wait.
+var uninterruptibleWaits = []string{"__mutex_lock", "mutex_lock", "rwsem_down_", "io_schedule"}
+
+// StateFitsStack reports whether an off-CPU sample's thread.state is the
+// one its kernel stack implies: S for the fixture's interruptible waits,
+// D only where the stack waits in one of uninterruptibleWaits.
+func StateFitsStack(state string, frames []string) bool {
+	switch state {
+	case "S":
+		return true
+	case "D":
+		for _, f := range frames {
+			for _, w := range uninterruptibleWaits {
+				if strings.HasPrefix(f, w) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // OffCPUKind tallies one kind of span, in nanoseconds.
 type OffCPUKind struct {
 	Truth, Attributed            int64
@@ -110,7 +135,7 @@ func MeasureOffCPU(truth map[string]OffCPUSpan, samples []Sample) OffCPU {
 			o.WrongLink++
 			continue
 		}
-		if s.Attrs["thread.state"] != "S" {
+		if !StateFitsStack(s.Attrs["thread.state"], s.Frames) {
 			o.WrongState++
 			if len(o.WrongStates) < 5 {
 				o.WrongStates = append(o.WrongStates, fmt.Sprintf("state %q in a %s span, %d µs, frames %v",
