@@ -1,8 +1,10 @@
 package tracectx
 
 import (
+	"bytes"
 	"cmp"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"os"
 	"runtime"
@@ -152,6 +154,39 @@ func TestGoMinor(t *testing.T) {
 		got, ok := goMinor(tt.in)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("goMinor(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestGoTLSGScanChunks: the chunked scan counts each load once, also one
+// that straddles two chunks, whatever the chunk size.
+func TestGoTLSGScanChunks(t *testing.T) {
+	load := func(disp int32) []byte {
+		b := []byte{0x64, 0x4c, 0x8b, 0x34, 0x25, 0, 0, 0, 0}
+		binary.LittleEndian.PutUint32(b[5:], uint32(disp))
+		return b
+	}
+	var text []byte
+	for i := range 40 {
+		text = append(text, bytes.Repeat([]byte{0x90}, i%7)...)
+		text = append(text, load(-8)...)
+		if i%3 == 0 {
+			text = append(text, load(-40)...)
+			text = append(text, load(16)...) // positive: not g's slot
+		}
+	}
+	for _, chunk := range []int{1, 5, 9, 10, 13, 64, len(text), 4 * len(text)} {
+		votes := map[int32]int{}
+		_, ok, err := goTLSGScan(bytes.NewReader(text), votes, 1000, chunk)
+		if err != nil || ok {
+			t.Fatalf("chunk %d: ok %v, err %v", chunk, ok, err)
+		}
+		if votes[-8] != 40 || votes[-40] != 14 || len(votes) != 2 {
+			t.Errorf("chunk %d: votes %v, want -8: 40 and -40: 14", chunk, votes)
+		}
+		disp, ok, err := goTLSGScan(bytes.NewReader(text), map[int32]int{}, 16, chunk)
+		if err != nil || !ok || disp != -8 {
+			t.Errorf("chunk %d: first to 16 votes %d, %v, %v; want -8", chunk, disp, ok, err)
 		}
 	}
 }

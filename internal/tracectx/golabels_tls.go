@@ -63,6 +63,59 @@ func goTLSGFromSymtab(f *elf.File, tls *elf.Prog) (int64, error) {
 	return 0, errNoTLSG
 }
 
+// goTLSGInsn is the length of "mov %fs:disp32, %r14", and goTLSGChunk how
+// much of a section goTLSGFromCode reads at a time.
+const (
+	goTLSGInsn  = 9
+	goTLSGChunk = 256 << 10
+)
+
+// goTLSGVote adds to votes the displacement of every "mov %fs:disp32,
+// %r14" in data with a negative one, and returns the first to reach want.
+func goTLSGVote(data []byte, votes map[int32]int, want int) (int32, bool) {
+	pattern := [...]byte{0x64, 0x4c, 0x8b, 0x34, 0x25}
+	for i := 0; i+goTLSGInsn <= len(data); i++ {
+		if data[i] != pattern[0] || data[i+1] != pattern[1] || data[i+2] != pattern[2] ||
+			data[i+3] != pattern[3] || data[i+4] != pattern[4] {
+			continue
+		}
+		disp := int32(binary.LittleEndian.Uint32(data[i+5:]))
+		if disp >= 0 || disp < -4096 {
+			continue
+		}
+		votes[disp]++
+		if votes[disp] >= want {
+			return disp, true
+		}
+	}
+	return 0, false
+}
+
+// goTLSGScan votes (goTLSGVote) over r, read chunk bytes at a time (a
+// program's text can be tens of MiB, and the votes are usually in by its
+// first wrappers), with an instruction across two chunks counted once.
+func goTLSGScan(r io.Reader, votes map[int32]int, want, chunk int) (int32, bool, error) {
+	buf := make([]byte, chunk+goTLSGInsn-1)
+	kept := 0 // the last chunk's tail, where an instruction may start
+	for {
+		n, err := io.ReadFull(r, buf[kept:kept+chunk])
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return 0, false, err
+		}
+		data := buf[:kept+n]
+		if disp, ok := goTLSGVote(data, votes, want); ok {
+			return disp, true, nil
+		}
+		if err != nil {
+			return 0, false, nil
+		}
+		// goTLSGVote counted every instruction that starts before the
+		// last goTLSGInsn-1 bytes.
+		kept = min(len(data), goTLSGInsn-1)
+		copy(buf, data[len(data)-kept:])
+	}
+}
+
 // goTLSGFromCode scans executable sections for "mov %fs:disp32, %r14"
 // (64 4c 8b 34 25 disp32) with a negative displacement and returns the
 // displacement once it has seen it goTLSGVotes times, or the most frequent
@@ -70,29 +123,17 @@ func goTLSGFromSymtab(f *elf.File, tls *elf.Prog) (int64, error) {
 // linked in by cgo addresses its TLS through other registers.
 func goTLSGFromCode(f *elf.File) (int64, error) {
 	const goTLSGVotes = 16
-	pattern := []byte{0x64, 0x4c, 0x8b, 0x34, 0x25}
 	votes := map[int32]int{}
 	for _, s := range f.Sections {
 		if s.Type != elf.SHT_PROGBITS || s.Flags&elf.SHF_EXECINSTR == 0 {
 			continue
 		}
-		data, err := io.ReadAll(s.Open())
+		disp, ok, err := goTLSGScan(s.Open(), votes, goTLSGVotes, goTLSGChunk)
 		if err != nil {
 			return 0, fmt.Errorf("read %s: %w", s.Name, err)
 		}
-		for i := 0; i+len(pattern)+4 <= len(data); i++ {
-			if data[i] != pattern[0] || data[i+1] != pattern[1] || data[i+2] != pattern[2] ||
-				data[i+3] != pattern[3] || data[i+4] != pattern[4] {
-				continue
-			}
-			disp := int32(binary.LittleEndian.Uint32(data[i+5:]))
-			if disp >= 0 || disp < -4096 {
-				continue
-			}
-			votes[disp]++
-			if votes[disp] >= goTLSGVotes {
-				return int64(disp), nil
-			}
+		if ok {
+			return int64(disp), nil
 		}
 	}
 	best, n := int32(0), 0
