@@ -68,6 +68,44 @@ type source interface {
 // addressed from anywhere by offset (libc's: 400 KB together).
 var smallSections = []string{"str", "ranges", "addr", "line_str", "rnglists", "str_offsets"}
 
+// readAheadBlock is how much of a section readAhead reads at a time.
+const readAheadBlock = 64 << 10
+
+// readAhead serves a source's reads of up to block bytes from the last
+// block it read of each section, read from the offset first asked for.
+// A block is never written again once read, so the slices handed out stay
+// what they were, as memSource's do.
+type readAhead struct {
+	source
+	block int
+	cur   map[string]aheadBlock
+}
+
+type aheadBlock struct {
+	off int
+	b   []byte
+}
+
+func (r *readAhead) read(name string, off, n int) ([]byte, error) {
+	c := r.cur[name]
+	if off >= c.off && n >= 0 && off+n <= c.off+len(c.b) {
+		i := off - c.off
+		return c.b[i : i+n : i+n], nil
+	}
+	if n > r.block || off < 0 || off >= r.source.size(name) {
+		return r.source.read(name, off, n)
+	}
+	b, err := r.source.read(name, off, max(n, min(r.block, r.source.size(name)-off)))
+	if err != nil {
+		return nil, err
+	}
+	if r.cur == nil {
+		r.cur = map[string]aheadBlock{}
+	}
+	r.cur[name] = aheadBlock{off, b}
+	return b[:n:n], nil
+}
+
 // unitRange is one address range of unit number unit.
 type unitRange struct {
 	lo, hi uint64
@@ -204,6 +242,19 @@ func newData(abbrev, info, line []byte, small map[string][]byte) (*dwarf.Data, e
 // sequences of its line program. A unit that cannot be read alone makes
 // the whole reading the way for the file.
 func (l *lazyDWARF) index() error {
+	if sp, ok := l.src.(*spillSource); ok {
+		// The walk reads every unit's header, the start of its entries,
+		// its abbreviations and its line program's length, each section
+		// in order: a few hundred bytes apiece, two preads per unit of a
+		// thousand or more (libc's debug file: 2,063).
+		ahead := &readAhead{source: sp, block: readAheadBlock}
+		l.src = ahead
+		defer func() {
+			if l.src == ahead { // indexWhole may have replaced it
+				l.src = sp
+			}
+		}()
+	}
 	spans, cross, err := l.unitSpans()
 	if err == nil && !cross {
 		if err = l.indexUnits(spans); err == nil {
@@ -219,7 +270,7 @@ func (l *lazyDWARF) indexUnits(spans []unitSpan) error {
 	for _, sp := range spans {
 		// The unit's own entry is all the index needs: read the start of
 		// the unit, and all of it only when the entry is longer.
-		d, err := l.unitHead(sp, 512)
+		d, err := l.unitHead(sp, 512, true)
 		var cu *dwarf.Entry
 		if err == nil {
 			cu, err = d.Reader().Next()
@@ -349,12 +400,15 @@ func (l *lazyDWARF) unitData(sp unitSpan) (*dwarf.Data, error) {
 	if l.whole {
 		return l.all, nil
 	}
-	return l.unitHead(sp, sp.end-sp.off)
+	return l.unitHead(sp, sp.end-sp.off, false)
 }
 
 // unitHead is unitData over the first max bytes of the unit only, its
-// length cut to match: enough for the unit's own entry.
-func (l *lazyDWARF) unitHead(sp unitSpan, max int) (*dwarf.Data, error) {
+// length cut to match: enough for the unit's own entry. With cuOnly, the
+// abbreviation table is cut to the unit entry's own abbreviation, where
+// the header and the table allow: dwarf.New parses a unit's whole table
+// (a few hundred entries), which was most of indexing libc's debug file.
+func (l *lazyDWARF) unitHead(sp unitSpan, max int, cuOnly bool) (*dwarf.Data, error) {
 	n := min(max, sp.end-sp.off)
 	info, err := l.src.read("info", sp.off, n)
 	if err != nil {
@@ -372,6 +426,13 @@ func (l *lazyDWARF) unitHead(sp unitSpan, max int) (*dwarf.Data, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cuOnly {
+		if code, ok := l.firstEntryCode(info, sp); ok {
+			if e, ok := abbrevEntry(abbrev, code); ok {
+				abbrev = append(e[:len(e):len(e)], 0)
+			}
+		}
+	}
 	var line []byte
 	if sp.llen > 0 {
 		if line, err = l.src.read("line", sp.loff, sp.llen); err != nil {
@@ -383,6 +444,77 @@ func (l *lazyDWARF) unitHead(sp unitSpan, max int) (*dwarf.Data, error) {
 		return nil, fmt.Errorf("read DWARF unit at %#x: %w", sp.off, err)
 	}
 	return d, nil
+}
+
+// firstEntryCode returns the abbreviation code of the first entry of the
+// unit whose start is info: false for a unit other than a compile or
+// partial unit, whose header holds more fields.
+func (l *lazyDWARF) firstEntryCode(info []byte, sp unitSpan) (uint64, bool) {
+	lenSize, offSize := 4, 4
+	if sp.is64 {
+		lenSize, offSize = 12, 8
+	}
+	if len(info) < lenSize+3 {
+		return 0, false
+	}
+	p := sp.aoffAt + offSize
+	if l.order.Uint16(info[lenSize:]) >= 5 {
+		if t := info[lenSize+2]; t != 1 && t != 3 { // DW_UT_compile, DW_UT_partial
+			return 0, false
+		}
+	} else {
+		p++ // address_size
+	}
+	if p >= len(info) {
+		return 0, false
+	}
+	code, n := binary.Uvarint(info[p:])
+	return code, n > 0
+}
+
+// abbrevEntry returns the entry of code in the abbreviation table b, up
+// to the end of its attribute list; false when b ends first or has none.
+func abbrevEntry(b []byte, code uint64) ([]byte, bool) {
+	for p := 0; p < len(b); {
+		start := p
+		c, n := binary.Uvarint(b[p:])
+		if n <= 0 || c == 0 {
+			return nil, false
+		}
+		p += n
+		if _, n = binary.Uvarint(b[p:]); n <= 0 { // tag
+			return nil, false
+		}
+		p += n + 1 // has-children
+		for {
+			if p >= len(b) {
+				return nil, false
+			}
+			attr, n1 := binary.Uvarint(b[p:])
+			if n1 <= 0 {
+				return nil, false
+			}
+			form, n2 := binary.Uvarint(b[p+n1:])
+			if n2 <= 0 {
+				return nil, false
+			}
+			p += n1 + n2
+			if attr == 0 && form == 0 {
+				break
+			}
+			if form == formImplicitConst {
+				_, n := binary.Uvarint(b[min(p, len(b)):]) // an SLEB: its length is read as a ULEB's
+				if n <= 0 {
+					return nil, false
+				}
+				p += n
+			}
+		}
+		if c == code {
+			return b[start:p], true
+		}
+	}
+	return nil, false
 }
 
 // rebaseLines returns cu with its line program at offset 0, where

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -184,6 +185,80 @@ func TestDWARFUnitsAloneMatchWhole(t *testing.T) {
 	}
 }
 
+// TestUnitEntryThroughItsAbbreviation reads every unit's own entry, as
+// the index does, through the unit's abbreviation table cut to that
+// entry's abbreviation and through the whole table: the two must agree,
+// and the cut must have been made for the units it can be.
+func TestUnitEntryThroughItsAbbreviation(t *testing.T) {
+	paths := []string{fixture("inline-gcc"), fixture("inline-clang"), fixture("chain-gcc"), fixture("inline-gcc.debug")}
+	if id, err := Identify(libc); err == nil {
+		if p := buildIDPath("/usr/lib/debug", id.BuildID); fileExists(p) {
+			paths = append(paths, p)
+		}
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			ef, err := elf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ef.Close()
+			version, err := statFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := newLazyDWARF(ef, path, version, &stats{}, spillOptions{dir: t.TempDir(), maxBytes: 1 << 30})
+			if err != nil || l == nil {
+				t.Fatalf("newLazyDWARF = %v, %v", l, err)
+			}
+			if !l.loadLocked() {
+				t.Fatalf("load: %v", l.failed)
+			}
+			cut := 0
+			for _, sp := range l.spans {
+				info, err := l.src.read("info", sp.off, min(512, sp.end-sp.off))
+				if err != nil {
+					t.Fatal(err)
+				}
+				abbrev, err := l.src.read("abbrev", sp.aoff, sp.alen)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if code, ok := l.firstEntryCode(info, sp); ok {
+					if e, ok := abbrevEntry(abbrev, code); ok && len(e) < len(abbrev)-1 {
+						cut++
+					}
+				}
+				var got, want string
+				for i, cuOnly := range []bool{true, false} {
+					d, err := l.unitHead(sp, 512, cuOnly)
+					if err != nil {
+						t.Fatalf("unit at %#x (cut %v): %v", sp.off, cuOnly, err)
+					}
+					e, err := d.Reader().Next()
+					if err != nil {
+						t.Fatalf("unit at %#x (cut %v): %v", sp.off, cuOnly, err)
+					}
+					r, _ := d.Ranges(e)
+					s := fmt.Sprint(e, r)
+					if i == 0 {
+						got = s
+					} else {
+						want = s
+					}
+				}
+				if got != want {
+					t.Fatalf("unit at %#x: through its abbreviation %s, through the table %s", sp.off, got, want)
+				}
+			}
+			if cut == 0 {
+				t.Errorf("no unit's table of %d was cut", len(l.spans))
+			}
+			t.Logf("%d units, %d tables cut", len(l.spans), cut)
+		})
+	}
+}
+
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
@@ -250,5 +325,47 @@ func TestSmallDWARFOutlivesItsFile(t *testing.T) {
 	}
 	if st := s.Stats(); st.DWARFLoads != 1 || st.DWARFErrors != 0 {
 		t.Errorf("stats %+v, want one load and no errors", st)
+	}
+}
+
+// TestAbbrevEntry picks one abbreviation out of a table: past an entry
+// with an implicit constant (DWARF 5), and none past the table's end.
+func TestAbbrevEntry(t *testing.T) {
+	first := []byte{1, 0x11, 1, 0x03, 0x08, 0x0b, formImplicitConst, 0xff, 0x7f, 0, 0} // compile unit: name string, byte_size implicit -129
+	second := []byte{0x80, 0x01, 0x2e, 0, 0x03, 0x0e, 0, 0}                            // code 128, subprogram: name strp
+	table := append(append(append([]byte{}, first...), second...), 0)
+	for _, c := range []struct {
+		code uint64
+		want []byte
+	}{{1, first}, {128, second}, {2, nil}} {
+		got, ok := abbrevEntry(table, c.code)
+		if ok != (c.want != nil) || !bytes.Equal(got, c.want) {
+			t.Errorf("abbrevEntry(%d) = % x, %v; want % x", c.code, got, ok, c.want)
+		}
+	}
+	if _, ok := abbrevEntry(table[:len(first)+3], 128); ok {
+		t.Error("an entry cut short was returned")
+	}
+}
+
+// TestReadAhead: reads served from blocks give the source's bytes, at a
+// block's edges, past them, larger than a block, and its errors.
+func TestReadAhead(t *testing.T) {
+	data := make([]byte, 1000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	src := memSource{&sections{m: map[string][]byte{"info": data}}}
+	r := &readAhead{source: src, block: 64}
+	for _, c := range [][2]int{{0, 4}, {60, 4}, {62, 4}, {64, 64}, {100, 200}, {990, 10}, {996, 4}, {0, 1000}, {500, 0}} {
+		got, err := r.read("info", c[0], c[1])
+		if err != nil || !bytes.Equal(got, data[c[0]:c[0]+c[1]]) {
+			t.Errorf("read(%d, %d) = % x, %v", c[0], c[1], got, err)
+		}
+	}
+	for _, c := range [][2]int{{990, 11}, {1001, 1}, {-1, 2}} {
+		if _, err := r.read("info", c[0], c[1]); err == nil {
+			t.Errorf("read(%d, %d) past the section: no error", c[0], c[1])
+		}
 	}
 }
