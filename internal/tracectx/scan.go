@@ -104,6 +104,10 @@ type fileKey struct {
 // fileScan is what one file says: where its segments load, and the
 // results of looking the two contract symbols up.
 type fileScan struct {
+	// notELF: the file is data (a font, a locale archive), no module.
+	notELF bool
+	// retry: the .dynsym read failed, and may not next time; not kept.
+	retry   bool
 	progs   []*elf.Prog
 	interp  string // PT_INTERP
 	noSyms  bool   // no .dynsym: nothing to look up
@@ -244,6 +248,10 @@ func (s *Scanner) scanModules(pid, dir int, mem io.ReaderAt, maps []mapping, exe
 			info.Errors = append(info.Errors, err)
 			continue
 		}
+		if fs.notELF {
+			seen[key] = true // mapped data, not an error
+			continue
+		}
 		bias, ok := loadBias(fs.progs, m)
 		if !ok {
 			continue // not the segment that starts the file; a later mapping is
@@ -334,10 +342,39 @@ func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 		}
 	}
 	f, err := openMapped(pid, m)
-	if err != nil {
+	var fs *fileScan
+	switch {
+	case isNotELF(err):
+		// Remembered like a module, so that the processes mapping
+		// the file (a browser's every process maps its fonts) do not
+		// open it again at each scan.
+		fs = &fileScan{notELF: true}
+	case err != nil:
 		return nil, err
+	default:
+		defer f.Close()
+		fs = s.scanELF(f, m)
 	}
-	defer f.Close()
+	if s != nil && key.ino != 0 && !fs.retry {
+		s.mu.Lock()
+		if len(s.files) >= s.max {
+			clear(s.files)
+		}
+		s.files[key] = fs
+		s.mu.Unlock()
+	}
+	return fs, nil
+}
+
+// isNotELF reports whether err is openMapped's for a file that is not
+// ELF at all, rather than a broken one or one it could not read.
+func isNotELF(err error) bool {
+	var fe *elf.FormatError
+	return errors.As(err, &fe) && strings.HasPrefix(fe.Error(), "bad magic number")
+}
+
+// scanELF looks up in f, the file m maps, what scanModules needs of it.
+func (s *Scanner) scanELF(f *elf.File, m mapping) *fileScan {
 	fs := &fileScan{progs: f.Progs, interp: interpOf(f)}
 	ds, err := readDynsym(f)
 	switch {
@@ -351,7 +388,8 @@ func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 		// Not remembered: the read may work next time.
 		fs.hookErr = fmt.Errorf("read .dynsym of %s: %w", m.path, err)
 		fs.vErr, fs.evErr = ErrNotFound, ErrNotFound
-		return fs, nil
+		fs.retry = true
+		return fs
 	default:
 		fs.hook, fs.hookErr = hookIn(f, ds, m.path)
 		fs.v, fs.vErr = threadContextIn(f, ds, m.path)
@@ -363,15 +401,7 @@ func (s *Scanner) file(pid, dir int, m mapping) (*fileScan, error) {
 			fs.debugState, _ = funcOffset(f, ds, LoaderHookSymbol, m.path)
 		}
 	}
-	if s != nil && key.ino != 0 {
-		s.mu.Lock()
-		if len(s.files) >= s.max {
-			clear(s.files)
-		}
-		s.files[key] = fs
-		s.mu.Unlock()
-	}
-	return fs, nil
+	return fs
 }
 
 // locate picks the defining module (the main program first: glibc resolves

@@ -298,3 +298,58 @@ func TestScanReadService(t *testing.T) {
 		t.Errorf("service %q, errors %v: want none, and the read's environment error", info.ServiceName, info.Errors)
 	}
 }
+
+// TestScanMappedData: a mapped file that is not ELF (a font, a locale
+// archive) is no module and no error, and it is remembered, so that the
+// next scan does not open it again; a broken ELF file stays an error.
+func TestScanMappedData(t *testing.T) {
+	dir := t.TempDir()
+	mapFile := func(name string, b []byte) {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		m, err := unix.Mmap(int(f.Fd()), 0, len(b), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Munmap(m) })
+	}
+	mapFile("font.ttf", bytes.Repeat([]byte("not an ELF file "), 512))
+	mapFile("broken.so", append([]byte("\x7fELF\x02\x01\x01\x00"), make([]byte, 8184)...))
+	self := os.Getpid()
+	sc := NewScanner(64)
+	for scan := range 2 {
+		info, err := sc.ScanRead(self, procRead(t, self))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var font, broken bool
+		for _, e := range info.Errors {
+			font = font || bytes.Contains([]byte(e.Error()), []byte("font.ttf"))
+			broken = broken || bytes.Contains([]byte(e.Error()), []byte("broken.so"))
+		}
+		if font || !broken {
+			t.Errorf("scan %d: errors %v: want one for broken.so, none for font.ttf", scan+1, info.Errors)
+		}
+	}
+	notELF := 0
+	sc.mu.Lock()
+	for k, fs := range sc.files {
+		if fs.notELF {
+			notELF++
+			if filepath.Base(k.path) != "font.ttf" {
+				t.Errorf("%s remembered as not ELF", k.path)
+			}
+		}
+	}
+	sc.mu.Unlock()
+	if notELF != 1 {
+		t.Errorf("%d files remembered as not ELF, want font.ttf alone", notELF)
+	}
+}
