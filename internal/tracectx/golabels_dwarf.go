@@ -69,7 +69,12 @@ func goFindDWARFTypes(f *elf.File) (map[string]dwarf.Type, error) {
 	found := map[string]dwarf.Type{}
 	err := goRuntimeUnits(f, func(rd *runtimeDWARF) (bool, error) {
 		err := goFindUnitTypes(rd, found)
-		return goDWARFTypesComplete(found), err
+		// The linker writes every type into one runtime unit (see
+		// goRuntimeUnits): once the unit that holds runtime.g is
+		// walked, a type still missing (labelMap, in a program that
+		// never builds a label set) is in no later one, and the rest
+		// of .debug_info need not be decompressed.
+		return found["runtime.g"] != nil || goDWARFTypesComplete(found), err
 	})
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package tracectx
 import (
 	"bytes"
 	"cmp"
+	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -188,5 +189,45 @@ func TestGoTLSGScanChunks(t *testing.T) {
 		if err != nil || !ok || disp != -8 {
 			t.Errorf("chunk %d: first to 16 votes %d, %v, %v; want -8", chunk, disp, ok, err)
 		}
+	}
+}
+
+// TestGoTypesInOneUnit: goFindDWARFTypes stops after the runtime unit
+// that holds runtime.g, on the linker writing every type into that one
+// unit. Every runtime unit of each toolchain's build is walked here: each
+// type of goDWARFTypes is in the unit of runtime.g, and in no other.
+func TestGoTypesInOneUnit(t *testing.T) {
+	for _, tc := range goFixtureToolchains {
+		t.Run(tc, func(t *testing.T) {
+			f, err := elf.Open(buildGoFixture(t, goFixtureBuild{toolchain: tc, pkg: "labels"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			unitOf := map[string][]int{}
+			n := 0
+			err = goRuntimeUnits(f, func(rd *runtimeDWARF) (bool, error) {
+				found := map[string]dwarf.Type{}
+				err := goFindUnitTypes(rd, found)
+				for name := range found {
+					unitOf[name] = append(unitOf[name], n)
+				}
+				n++
+				return false, err // every unit
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := unitOf["runtime.g"]
+			if len(g) != 1 || len(unitOf["runtime.m"]) == 0 || len(unitOf["runtime/pprof.labelMap"]) == 0 {
+				t.Fatalf("types by runtime unit (of %d): %v", n, unitOf)
+			}
+			for name, units := range unitOf {
+				if len(units) != 1 || units[0] != g[0] {
+					t.Errorf("%s in runtime units %v, runtime.g in %d (of %d)", name, units, g[0], n)
+				}
+			}
+			t.Logf("%d runtime units, the types in number %d", n, g[0])
+		})
 	}
 }
