@@ -123,30 +123,10 @@ func testLibcTrim(t *testing.T, first, second []uint64, spill bool) {
 // through a dwarf.Data of its own, and all units through one. Every
 // address of every unit must give the same chain.
 func TestDWARFUnitsAloneMatchWhole(t *testing.T) {
-	paths := []string{fixture("inline-gcc"), fixture("inline-clang"), fixture("chain-gcc"), fixture("inline-gcc.debug")}
-	if id, err := Identify(libc); err == nil {
-		if p := buildIDPath("/usr/lib/debug", id.BuildID); fileExists(p) {
-			paths = append(paths, p)
-		}
-	}
-	for _, path := range paths {
+	for _, path := range unitTestFiles() {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			ef, err := elf.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ef.Close()
 			var st stats
-			version, err := statFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Compressed DWARF (libc's) is read from a spill file; small
-			// DWARF (the fixtures') is built at once.
-			alone, err := newLazyDWARF(ef, path, version, &st, spillOptions{dir: t.TempDir(), maxBytes: 1 << 30})
-			if err != nil || alone == nil {
-				t.Fatalf("newLazyDWARF = %v, %v", alone, err)
-			}
+			ef, version, alone := openUnitTestFile(t, path, &st)
 			if alone.whole {
 				t.Fatal("read whole: no unit refers to another in these files")
 			}
@@ -190,27 +170,9 @@ func TestDWARFUnitsAloneMatchWhole(t *testing.T) {
 // entry's abbreviation and through the whole table: the two must agree,
 // and the cut must have been made for the units it can be.
 func TestUnitEntryThroughItsAbbreviation(t *testing.T) {
-	paths := []string{fixture("inline-gcc"), fixture("inline-clang"), fixture("chain-gcc"), fixture("inline-gcc.debug")}
-	if id, err := Identify(libc); err == nil {
-		if p := buildIDPath("/usr/lib/debug", id.BuildID); fileExists(p) {
-			paths = append(paths, p)
-		}
-	}
-	for _, path := range paths {
+	for _, path := range unitTestFiles() {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			ef, err := elf.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ef.Close()
-			version, err := statFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := newLazyDWARF(ef, path, version, &stats{}, spillOptions{dir: t.TempDir(), maxBytes: 1 << 30})
-			if err != nil || l == nil {
-				t.Fatalf("newLazyDWARF = %v, %v", l, err)
-			}
+			_, _, l := openUnitTestFile(t, path, &stats{})
 			if !l.loadLocked() {
 				t.Fatalf("load: %v", l.failed)
 			}
@@ -257,6 +219,39 @@ func TestUnitEntryThroughItsAbbreviation(t *testing.T) {
 			t.Logf("%d units, %d tables cut", len(l.spans), cut)
 		})
 	}
+}
+
+// unitTestFiles are the files whose DWARF units the tests read: the
+// fixtures, and libc's debug file when libc6-dbg is installed.
+func unitTestFiles() []string {
+	paths := []string{fixture("inline-gcc"), fixture("inline-clang"), fixture("chain-gcc"), fixture("inline-gcc.debug")}
+	if id, err := Identify(libc); err == nil {
+		if p := buildIDPath("/usr/lib/debug", id.BuildID); fileExists(p) {
+			paths = append(paths, p)
+		}
+	}
+	return paths
+}
+
+// openUnitTestFile opens path's DWARF as the symbolizer does: compressed
+// DWARF (libc's) read from a spill file, small DWARF (the fixtures')
+// built at once. The file is closed when the test ends.
+func openUnitTestFile(t *testing.T, path string, st *stats) (*elf.File, fileStat, *lazyDWARF) {
+	t.Helper()
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ef.Close() })
+	version, err := statFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := newLazyDWARF(ef, path, version, st, spillOptions{dir: t.TempDir(), maxBytes: 1 << 30})
+	if err != nil || l == nil {
+		t.Fatalf("newLazyDWARF = %v, %v", l, err)
+	}
+	return ef, version, l
 }
 
 func fileExists(p string) bool {
