@@ -475,46 +475,68 @@ func (l *lazyDWARF) firstEntryCode(info []byte, sp unitSpan) (uint64, bool) {
 // abbrevEntry returns the entry of code in the abbreviation table b, up
 // to the end of its attribute list; false when b ends first or has none.
 func abbrevEntry(b []byte, code uint64) ([]byte, bool) {
-	for p := 0; p < len(b); {
-		start := p
-		c, n := binary.Uvarint(b[p:])
-		if n <= 0 || c == 0 {
+	for p := 0; ; {
+		c, end, ok := nextAbbrev(b, p, nil)
+		if !ok || c == 0 {
 			return nil, false
-		}
-		p += n
-		if _, n = binary.Uvarint(b[p:]); n <= 0 { // tag
-			return nil, false
-		}
-		p += n + 1 // has-children
-		for {
-			if p >= len(b) {
-				return nil, false
-			}
-			attr, n1 := binary.Uvarint(b[p:])
-			if n1 <= 0 {
-				return nil, false
-			}
-			form, n2 := binary.Uvarint(b[p+n1:])
-			if n2 <= 0 {
-				return nil, false
-			}
-			p += n1 + n2
-			if attr == 0 && form == 0 {
-				break
-			}
-			if form == formImplicitConst {
-				_, n := binary.Uvarint(b[min(p, len(b)):]) // an SLEB: its length is read as a ULEB's
-				if n <= 0 {
-					return nil, false
-				}
-				p += n
-			}
 		}
 		if c == code {
-			return b[start:p], true
+			return b[p:end], true
+		}
+		p = end
+	}
+}
+
+// nextAbbrev reads the abbreviation entry at b[p:]: its code (0 for the
+// table's terminator) and where it ends, calling spec, when not nil, with
+// each attribute specification; ok is false when b ends first.
+func nextAbbrev(b []byte, p int, spec func(attr, form uint64)) (code uint64, end int, ok bool) {
+	code, n := uleb(b[p:])
+	if n == 0 {
+		return 0, 0, false
+	}
+	p += n
+	if code == 0 {
+		return 0, p, true
+	}
+	if _, n = uleb(b[p:]); n == 0 || p+n >= len(b) { // tag, then has-children
+		return 0, 0, false
+	}
+	p += n + 1
+	for {
+		attr, n1 := uleb(b[p:])
+		form, n2 := uleb(b[p+n1:])
+		if n1 == 0 || n2 == 0 {
+			return 0, 0, false
+		}
+		p += n1 + n2
+		if attr == 0 && form == 0 {
+			return code, p, true
+		}
+		if form == formImplicitConst {
+			_, n3 := uleb(b[p:]) // the constant (SLEB, same length)
+			if n3 == 0 {
+				return 0, 0, false
+			}
+			p += n3
+		}
+		if spec != nil {
+			spec(attr, form)
 		}
 	}
-	return nil, false
+}
+
+// uleb reads an unsigned LEB128 at the start of b: its value and length,
+// 0 when b ends first.
+func uleb(b []byte) (uint64, int) {
+	var v uint64
+	for i, shift := 0, 0; i < len(b) && shift < 64; i, shift = i+1, shift+7 {
+		v |= uint64(b[i]&0x7f) << shift
+		if b[i]&0x80 == 0 {
+			return v, i + 1
+		}
+	}
+	return 0, 0
 }
 
 // rebaseLines returns cu with its line program at offset 0, where
@@ -623,49 +645,20 @@ func (l *lazyDWARF) abbrevTable(off int) (int, bool) {
 // specification that may point into another unit, and returns the
 // table's length. complete is false when b ends before the table does.
 func refersAcross(b []byte) (length int, refers, complete bool) {
-	all := len(b)
-	uleb := func() (uint64, bool) {
-		var v uint64
-		for shift := 0; len(b) > 0 && shift < 64; shift += 7 {
-			c := b[0]
-			b = b[1:]
-			v |= uint64(c&0x7f) << shift
-			if c&0x80 == 0 {
-				return v, true
-			}
+	spec := func(attr, form uint64) {
+		if (attr == attrAbstractOrig || attr == attrSpecification) && (form == formRefAddr || form == formIndirect) {
+			refers = true
 		}
-		return 0, false
 	}
-	for {
-		code, ok := uleb()
+	for p := 0; ; {
+		code, end, ok := nextAbbrev(b, p, spec)
 		if !ok {
-			return all, refers, false
+			return len(b), refers, false
 		}
 		if code == 0 {
-			return all - len(b), refers, true
+			return end, refers, true
 		}
-		if _, ok := uleb(); !ok || len(b) == 0 { // tag, then has-children
-			return all, refers, false
-		}
-		b = b[1:]
-		for {
-			attr, ok1 := uleb()
-			form, ok2 := uleb()
-			if !ok1 || !ok2 {
-				return all, refers, false
-			}
-			if attr == 0 && form == 0 {
-				break
-			}
-			if form == formImplicitConst {
-				if _, ok := uleb(); !ok { // the constant (SLEB, same length)
-					return all, refers, false
-				}
-			}
-			if (attr == attrAbstractOrig || attr == attrSpecification) && (form == formRefAddr || form == formIndirect) {
-				refers = true
-			}
-		}
+		p = end
 	}
 }
 
